@@ -1,0 +1,60 @@
+/*
+ * cli.h - what the command-line tool's files share. The tool uses only the
+ * library's public API.
+ */
+#ifndef LEASE_CLI_H
+#define LEASE_CLI_H
+
+#include <stdint.h>
+#include <jansson.h>
+
+#include "lease.h"
+
+/* Exit codes: a promise to scripts, documented in the README. */
+enum {
+    EXIT_OK = 0,
+    EXIT_FAIL = 1,
+    EXIT_USAGE = 2,
+    EXIT_BUSY = 3,
+    EXIT_LOST = 4,
+    EXIT_STALE = 5,
+    EXIT_STORE = 6,
+    EXIT_TIMEOUT = 7
+};
+
+#define DEFAULT_TTL_MS 30000u
+
+/* Options every command takes. */
+typedef struct cli_globals {
+    const char *store_url; /* NULL: the default */
+    uint64_t timeout_ms;   /* 0: the library's default */
+    int json;
+} cli_globals;
+
+/* A small flag parser: `--name value`, `--name=value`, `--flag`. */
+typedef struct cli_args {
+    int argc;
+    char **argv;
+    int i;
+    const char *cmd;
+} cli_args;
+
+int cli_usage(const char *cmd, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+int cli_fail(int code, const char *what);
+int cli_exit_code(int lease_rc);
+int cli_open_store(lease_store **out, const cli_globals *g);
+int cli_parse_global(cli_globals *g, cli_args *a, const char *arg, int *rc);
+/* With `arg` the current flag: its value (from "=" or the next word). */
+const char *cli_value(cli_args *a, const char *arg, int *rc);
+int cli_flag_is(const char *arg, const char *name);
+int cli_duration(uint64_t *ms, const char *cmd, const char *flag,
+                 const char *text, int allow_zero);
+void cli_default_label(char *buf, size_t size);
+void cli_print_json(json_t *obj); /* prints and frees */
+json_t *cli_grant_json(const lease_grant *g);
+json_t *cli_info_json(const lease_info *info);
+
+int cmd_run(cli_globals *g, cli_args *a);
+
+#endif

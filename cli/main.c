@@ -1,0 +1,442 @@
+/*
+ * main.c - the `lease` command: acquire, renew, release, show, ls, fence;
+ * `run` lives in cmd_run.c.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+static const char usage_main[] =
+    "usage: lease [--store URL] [--timeout DUR] COMMAND [ARGS]\n"
+    "\n"
+    "Distributed leases with fencing tokens.\n"
+    "\n"
+    "commands:\n"
+    "  acquire KEY [--ttl DUR] [--owner UUID] [--label TEXT] [--wait DUR] [--json]\n"
+    "  renew   KEY --owner UUID --token N [--ttl DUR] [--json]\n"
+    "  release KEY --owner UUID --token N\n"
+    "  show    KEY [--json]\n"
+    "  ls      [PREFIX] [--json]\n"
+    "  run     KEY [--ttl DUR] [--wait DUR] [--label TEXT] [--grace DUR] -- CMD [ARG...]\n"
+    "  fence   RESOURCE TOKEN [--json]\n"
+    "\n"
+    "global options (before or after the command):\n"
+    "  --store URL     sqlite:path.db, sqlite:///abs/path.db (default: $LEASE_STORE,\n"
+    "                  then $XDG_STATE_HOME/lease/lease.db or ~/.local/state/lease/lease.db)\n"
+    "  --timeout DUR   bound on each store call (default 5s)\n"
+    "  --help, --version\n"
+    "\n"
+    "durations: 250ms, 30s, 5m, 1h, 1m30s\n"
+    "exit codes: 0 ok, 1 other failure, 2 usage, 3 busy, 4 lease lost,\n"
+    "            5 stale token (fenced), 6 store failed or unreachable, 7 timed out\n";
+
+static const char usage_acquire[] =
+    "usage: lease acquire KEY [--ttl DUR] [--owner UUID] [--label TEXT] [--wait DUR] [--json]\n"
+    "\n"
+    "Acquire KEY and print the grant. Keep the owner and token: renew and\n"
+    "release need them, and every write to the protected resource carries the token.\n"
+    "  --ttl DUR      lease duration (default 30s)\n"
+    "  --owner UUID   owner identity (default: a new random one); acquiring again\n"
+    "                 with the owner that holds the lease returns the same token\n"
+    "  --label TEXT   holder label shown to people (default host:pid)\n"
+    "  --wait DUR     wait up to DUR for the key to become free (default: try once)\n"
+    "  --json         print {key, owner, token, ttl_ms, label, valid_ms}\n"
+    "exit: 0 acquired, 3 held by another, 7 still held after --wait, 6 store failed\n";
+
+static const char usage_renew[] =
+    "usage: lease renew KEY --owner UUID --token N [--ttl DUR] [--json]\n"
+    "\n"
+    "Extend the lease. --ttl defaults to the lease's current ttl.\n"
+    "exit: 0 renewed, 4 lost (not the holder any more, or expired), 6 store failed\n";
+
+static const char usage_release[] =
+    "usage: lease release KEY --owner UUID --token N\n"
+    "\n"
+    "End the lease now; the token counter is kept.\n"
+    "exit: 0 released, 4 not the holder (nothing changed), 6 store failed\n";
+
+static const char usage_show[] =
+    "usage: lease show KEY [--json]\n"
+    "\n"
+    "Show the state of KEY: held, expired or free, with owner, label, token\n"
+    "and time left. exit: 0, or 1 if KEY was never acquired.\n";
+
+static const char usage_ls[] =
+    "usage: lease ls [PREFIX] [--json]\n"
+    "\n"
+    "List keys that start with PREFIX (all keys without one). --json prints\n"
+    "one JSON array.\n";
+
+static const char usage_fence[] =
+    "usage: lease fence RESOURCE TOKEN [--json]\n"
+    "\n"
+    "The fencing check a protected resource runs before every write: accept\n"
+    "TOKEN if it is at least RESOURCE's high-water mark and raise the mark.\n"
+    "Run it once right after acquiring to install the new generation.\n"
+    "exit: 0 accepted, 5 stale (an older generation), 6 store failed\n";
+
+typedef struct {
+    const char *key;
+    const char *owner;
+    const char *label;
+    const char *token;
+    uint64_t ttl_ms, wait_ms;
+    int has_ttl;
+} cmd_opts;
+
+/*
+ * Parse the words after the command. `allowed` lists the command's own
+ * flags; positionals go to pos[0..maxpos).
+ */
+static int parse(cli_globals *g, cli_args *a, cmd_opts *o, const char *allowed,
+                 const char **pos, int maxpos, int *npos, const char *usage)
+{
+    int rc = 0;
+
+    for (a->i = 0; a->i < a->argc && rc == 0; a->i++) {
+        const char *arg = a->argv[a->i], *v;
+
+        if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) {
+            fputs(usage, stdout);
+            return -1;
+        }
+        if (cli_parse_global(g, a, arg, &rc))
+            continue;
+        if (arg[0] == '-' && arg[1] != '\0') {
+            char name[32];
+            size_t n = strcspn(arg, "=");
+
+            if (n >= sizeof(name) || arg[1] != '-')
+                return cli_usage(a->cmd, "unknown option '%s'", arg);
+            memcpy(name, arg, n);
+            name[n] = '\0';
+            /* Each command names the flags it takes, as " --ttl --owner ". */
+            {
+                char needle[40];
+                snprintf(needle, sizeof(needle), " %s ", name);
+                if (strstr(allowed, needle) == NULL)
+                    return cli_usage(a->cmd, "unknown option '%s'", arg);
+            }
+            if ((v = cli_value(a, arg, &rc)) == NULL)
+                return rc;
+            if (strcmp(name, "--ttl") == 0) {
+                rc = cli_duration(&o->ttl_ms, a->cmd, "--ttl", v, 0);
+                o->has_ttl = 1;
+            } else if (strcmp(name, "--wait") == 0) {
+                rc = cli_duration(&o->wait_ms, a->cmd, "--wait", v, 1);
+            } else if (strcmp(name, "--owner") == 0) {
+                o->owner = v;
+            } else if (strcmp(name, "--label") == 0) {
+                o->label = v;
+            } else if (strcmp(name, "--token") == 0) {
+                o->token = v;
+            }
+            continue;
+        }
+        if (*npos >= maxpos)
+            return cli_usage(a->cmd, "unexpected argument '%s'", arg);
+        pos[(*npos)++] = arg;
+    }
+    return rc;
+}
+
+static int need_key(cli_args *a, int npos, const char *what)
+{
+    if (npos < 1)
+        return cli_usage(a->cmd, "missing %s", what);
+    return 0;
+}
+
+static int cmd_acquire(cli_globals *g, cli_args *a)
+{
+    cmd_opts o = { 0 };
+    const char *pos[1];
+    char owner[LEASE_OWNER_BUFSZ], label[LEASE_LABEL_MAX + 1];
+    lease_acquire_opts ao = LEASE_ACQUIRE_OPTS_INIT;
+    lease_grant grant;
+    lease_info holder;
+    lease_store *s;
+    int npos = 0, rc;
+
+    rc = parse(g, a, &o, " --ttl --owner --label --wait ", pos, 1, &npos,
+               usage_acquire);
+    if (rc)
+        return rc < 0 ? EXIT_OK : rc;
+    if ((rc = need_key(a, npos, "KEY")))
+        return rc;
+    if (o.owner) {
+        if (!lease_owner_valid(o.owner))
+            return cli_usage(a->cmd, "--owner must be a UUID, e.g. %s",
+                             "1b4e28ba-2fa1-11d2-883f-0016d3cca427");
+        snprintf(owner, sizeof(owner), "%s", o.owner);
+    } else if ((rc = lease_owner_new(owner)) < 0) {
+        return cli_fail(rc, "acquire");
+    }
+    if (o.label == NULL) {
+        cli_default_label(label, sizeof(label));
+        o.label = label;
+    }
+    ao.owner = owner;
+    ao.ttl_ms = o.has_ttl ? o.ttl_ms : DEFAULT_TTL_MS;
+    ao.label = o.label;
+    ao.wait_ms = o.wait_ms;
+    if ((rc = cli_open_store(&s, g)))
+        return rc;
+    rc = lease_acquire(&grant, &holder, s, pos[0], &ao);
+    lease_store_close(s);
+    if (rc < 0)
+        return cli_fail(rc, "acquire");
+    if (g->json)
+        cli_print_json(cli_grant_json(&grant));
+    else
+        printf("acquired %s token %llu owner %s ttl %llums\n", grant.key,
+               (unsigned long long)grant.token, grant.owner,
+               (unsigned long long)grant.ttl_ms);
+    return EXIT_OK;
+}
+
+/* renew and release: KEY --owner UUID --token N, checked into a grant. */
+static int holder_args(lease_grant *grant, cli_args *a, const cmd_opts *o,
+                       const char *const *pos, int npos)
+{
+    uint64_t token;
+    int rc;
+
+    if ((rc = need_key(a, npos, "KEY")))
+        return rc;
+    if (o->owner == NULL)
+        return cli_usage(a->cmd, "--owner UUID is required");
+    if (o->token == NULL)
+        return cli_usage(a->cmd, "--token N is required");
+    if (!lease_owner_valid(o->owner))
+        return cli_usage(a->cmd, "--owner must be a UUID");
+    if (lease_parse_token(&token, o->token) < 0)
+        return cli_usage(a->cmd, "--token: %s", lease_errmsg());
+    if (lease_grant_init(grant, pos[0], o->owner, token, o->ttl_ms) < 0)
+        return cli_usage(a->cmd, "%s", lease_errmsg());
+    return 0;
+}
+
+static int cmd_renew(cli_globals *g, cli_args *a)
+{
+    cmd_opts o = { 0 };
+    const char *pos[1];
+    lease_grant grant;
+    lease_store *s;
+    int npos = 0, rc;
+
+    rc = parse(g, a, &o, " --ttl --owner --token ", pos, 1, &npos, usage_renew);
+    if (rc)
+        return rc < 0 ? EXIT_OK : rc;
+    if ((rc = holder_args(&grant, a, &o, pos, npos)))
+        return rc;
+    if ((rc = cli_open_store(&s, g)))
+        return rc;
+    if (!o.has_ttl) {
+        /* Keep the ttl the holder chose when it acquired. */
+        lease_info info;
+        o.ttl_ms = DEFAULT_TTL_MS;
+        if (lease_inspect(&info, s, pos[0]) == 0 && info.held &&
+            info.token == grant.token && info.ttl_ms > 0)
+            o.ttl_ms = info.ttl_ms;
+    }
+    rc = lease_renew(&grant, s, o.ttl_ms);
+    lease_store_close(s);
+    if (rc < 0)
+        return cli_fail(rc, "renew");
+    if (g->json)
+        cli_print_json(cli_grant_json(&grant));
+    else
+        printf("renewed %s token %llu ttl %llums\n", grant.key,
+               (unsigned long long)grant.token,
+               (unsigned long long)grant.ttl_ms);
+    return EXIT_OK;
+}
+
+static int cmd_release(cli_globals *g, cli_args *a)
+{
+    cmd_opts o = { 0 };
+    const char *pos[1];
+    lease_grant grant;
+    lease_store *s;
+    int npos = 0, rc;
+
+    rc = parse(g, a, &o, " --owner --token ", pos, 1, &npos, usage_release);
+    if (rc)
+        return rc < 0 ? EXIT_OK : rc;
+    if ((rc = holder_args(&grant, a, &o, pos, npos)))
+        return rc;
+    if ((rc = cli_open_store(&s, g)))
+        return rc;
+    rc = lease_release(s, &grant);
+    lease_store_close(s);
+    if (rc < 0)
+        return cli_fail(rc, "release");
+    if (g->json)
+        cli_print_json(json_pack("{s:o, s:b, s:I}", "key", json_string(grant.key),
+                                 "released", 1, "token", (json_int_t)grant.token));
+    else
+        printf("released %s token %llu\n", grant.key,
+               (unsigned long long)grant.token);
+    return EXIT_OK;
+}
+
+static void print_info(const lease_info *i)
+{
+    const char *state = i->held ? "held" : i->owner[0] ? "expired" : "free";
+
+    printf("%-32s %-8s token %-6llu", i->key, state,
+           (unsigned long long)i->token);
+    if (i->held)
+        printf(" %6llums left  %s (%s)", (unsigned long long)i->remaining_ms,
+               i->label[0] ? i->label : "-", i->owner);
+    putchar('\n');
+}
+
+static int cmd_show(cli_globals *g, cli_args *a)
+{
+    cmd_opts o = { 0 };
+    const char *pos[1];
+    lease_info info;
+    lease_store *s;
+    int npos = 0, rc;
+
+    rc = parse(g, a, &o, " ", pos, 1, &npos, usage_show);
+    if (rc)
+        return rc < 0 ? EXIT_OK : rc;
+    if ((rc = need_key(a, npos, "KEY")))
+        return rc;
+    if ((rc = cli_open_store(&s, g)))
+        return rc;
+    rc = lease_inspect(&info, s, pos[0]);
+    lease_store_close(s);
+    if (rc < 0)
+        return cli_fail(rc, "show");
+    if (g->json)
+        cli_print_json(cli_info_json(&info));
+    else
+        print_info(&info);
+    return EXIT_OK;
+}
+
+static int cmd_ls(cli_globals *g, cli_args *a)
+{
+    cmd_opts o = { 0 };
+    const char *pos[1] = { "" };
+    lease_info *items;
+    lease_store *s;
+    size_t n, i;
+    int npos = 0, rc;
+
+    rc = parse(g, a, &o, " ", pos, 1, &npos, usage_ls);
+    if (rc)
+        return rc < 0 ? EXIT_OK : rc;
+    if ((rc = cli_open_store(&s, g)))
+        return rc;
+    rc = lease_list(&items, &n, s, pos[0]);
+    lease_store_close(s);
+    if (rc < 0)
+        return cli_fail(rc, "ls");
+    if (g->json) {
+        json_t *arr = json_array();
+        for (i = 0; i < n; i++)
+            json_array_append_new(arr, cli_info_json(&items[i]));
+        cli_print_json(arr);
+    } else {
+        for (i = 0; i < n; i++)
+            print_info(&items[i]);
+    }
+    lease_list_free(items);
+    return EXIT_OK;
+}
+
+static int cmd_fence(cli_globals *g, cli_args *a)
+{
+    cmd_opts o = { 0 };
+    const char *pos[2];
+    uint64_t token, mark = 0;
+    lease_store *s;
+    int npos = 0, rc;
+
+    rc = parse(g, a, &o, " ", pos, 2, &npos, usage_fence);
+    if (rc)
+        return rc < 0 ? EXIT_OK : rc;
+    if (npos < 2)
+        return cli_usage(a->cmd, "expected RESOURCE TOKEN");
+    if (lease_parse_token(&token, pos[1]) < 0)
+        return cli_usage(a->cmd, "TOKEN: %s", lease_errmsg());
+    if ((rc = cli_open_store(&s, g)))
+        return rc;
+    rc = lease_fence_advance(&mark, s, pos[0], token);
+    lease_store_close(s);
+    if (rc < 0 && rc != LEASE_ESTALE)
+        return cli_fail(rc, "fence");
+    if (g->json)
+        cli_print_json(json_pack("{s:b, s:I, s:I}", "accepted", rc == 0,
+                                 "token", (json_int_t)token,
+                                 "mark", (json_int_t)mark));
+    else if (rc == 0)
+        printf("accepted token %llu (mark %llu)\n", (unsigned long long)token,
+               (unsigned long long)mark);
+    if (rc == LEASE_ESTALE) {
+        fprintf(stderr, "lease fence: ESTALE: %s\n", lease_errmsg());
+        return EXIT_STALE;
+    }
+    return EXIT_OK;
+}
+
+typedef struct {
+    const char *name;
+    int (*fn)(cli_globals *, cli_args *);
+} command;
+
+static const command commands[] = {
+    { "acquire", cmd_acquire }, { "renew", cmd_renew },
+    { "release", cmd_release }, { "show", cmd_show },
+    { "ls", cmd_ls },           { "run", cmd_run },
+    { "fence", cmd_fence },
+};
+
+int main(int argc, char **argv)
+{
+    cli_globals g = { NULL, 0, 0 };
+    cli_args a = { argc - 1, argv + 1, 0, NULL };
+    size_t c;
+    int rc = 0;
+
+    /* Global options before the command. */
+    for (a.i = 0; a.i < a.argc; a.i++) {
+        const char *arg = a.argv[a.i];
+
+        if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) {
+            fputs(usage_main, stdout);
+            return EXIT_OK;
+        }
+        if (strcmp(arg, "--version") == 0) {
+            printf("lease %s\n", LEASE_VERSION_STRING);
+            return EXIT_OK;
+        }
+        if (cli_parse_global(&g, &a, arg, &rc)) {
+            if (rc)
+                return rc;
+            continue;
+        }
+        if (arg[0] == '-')
+            return cli_usage(NULL, "unknown option '%s'", arg);
+        break;
+    }
+    if (a.i >= a.argc) {
+        fputs(usage_main, stderr);
+        return EXIT_USAGE;
+    }
+    for (c = 0; c < sizeof(commands) / sizeof(commands[0]); c++) {
+        if (strcmp(a.argv[a.i], commands[c].name) == 0) {
+            cli_args sub = { a.argc - a.i - 1, a.argv + a.i + 1, 0,
+                             commands[c].name };
+            return commands[c].fn(&g, &sub);
+        }
+    }
+    return cli_usage(NULL, "unknown command '%s'", a.argv[a.i]);
+}

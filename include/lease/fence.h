@@ -1,0 +1,75 @@
+/*
+ * lease/fence.h - the resource side: fencing checks and guarded writes.
+ *
+ * A fencing token only protects a resource that checks it. The resource
+ * keeps a high-water mark (the greatest token it has accepted) and rejects
+ * every write that carries a smaller one.
+ */
+#ifndef LEASE_FENCE_H
+#define LEASE_FENCE_H
+
+#include "types.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/*
+ * The fencing check a protected resource runs on every write, and the call
+ * that installs a new generation right after an acquisition.
+ *
+ * Accepts when token >= the resource's high-water mark, raising the mark to
+ * token, atomically and durably; equality is accepted (several writes of one
+ * generation). Otherwise LEASE_ESTALE and nothing changes. Either way *mark
+ * (if not NULL) receives the mark after the call. `resource` follows the
+ * rules of a key; its marks live apart from the leases. token must be >= 1.
+ */
+int lease_fence_advance(uint64_t *mark, lease_store *store,
+                        const char *resource, uint64_t token);
+
+/* Read a resource's mark without changing it. LEASE_ENOTFOUND if none. */
+int lease_fence_mark(uint64_t *mark, lease_store *store, const char *resource);
+
+/*
+ * Guarded write into the store itself: put `value` (len bytes, may be 0)
+ * under the data name `name` only if `grant` (key, owner, token) is still
+ * the key's current, unexpired lease, checked in the same transaction or
+ * script as the write. LEASE_ELOST, changing nothing, otherwise.
+ * Data names follow the rules of a key and live apart from lease keys.
+ */
+int lease_guarded_put(lease_store *store, const lease_grant *grant,
+                      const char *name, const void *value, size_t len);
+
+/*
+ * Read a value written by lease_guarded_put(). *value is a NUL-terminated
+ * copy (the NUL is not counted in *len) that the caller frees with free().
+ * *token (if not NULL) receives the generation that wrote it.
+ * LEASE_ENOTFOUND if the name was never written.
+ */
+int lease_data_get(void **value, size_t *len, uint64_t *token,
+                   lease_store *store, const char *name);
+
+/*
+ * The caller's own statements, run inside a transaction in which the lease
+ * was validated and locked. `native` is the store's connection:
+ *   sqlite    sqlite3 *
+ * Return 0 to commit; any other value rolls back and is returned by
+ * lease_guarded_txn(). Do not commit, roll back or close `native`, and keep
+ * the work short: it holds the lease row locked, which delays takeover.
+ */
+typedef int (*lease_txn_cb)(void *native, void *payload);
+
+/*
+ * In one short transaction: lock and validate that `grant` is the key's
+ * current, unexpired lease (exactly one row), run `cb`, commit.
+ * LEASE_ELOST (cb not called) when the lease is missing, held by another
+ * owner or token, or expired. LEASE_EUNSUPPORTED for stores without
+ * transactions. LEASE_ESTORE if the commit failed: the writes are gone.
+ */
+int lease_guarded_txn(lease_store *store, const lease_grant *grant,
+                      lease_txn_cb cb, void *payload);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,188 @@
+/*
+ * lease/sys/store.h - the store interface, for those who write a store.
+ * Users of the library never need this header.
+ *
+ * A store is one versioned table of function pointers (lease_backend) and
+ * a connection struct that embeds `lease_store` as its first member and
+ * keeps its own state after it:
+ *
+ *     typedef struct { lease_store parent; sqlite3 *db; ... } sqlite_store;
+ *
+ * The core does all argument checking before a slot is called: keys,
+ * resource and data names are 1..LEASE_KEY_MAX bytes, owners are canonical
+ * lower-case UUIDs, labels are at most LEASE_LABEL_MAX bytes, ttls are
+ * between 1 ms and the handle's cap, tokens are >= 1. A slot never needs to
+ * check them again, and the core computes local deadlines, waits, backoff
+ * and jitter: a slot makes one attempt, bounded by `store->timeout_ms`.
+ *
+ * Errors: a slot returns 0 or a LEASE_E* code and sets the thread's message
+ * with lease_store_seterr(). A store error must never be reported as
+ * LEASE_EBUSY, LEASE_ELOST or success: when the store could not say, the
+ * answer is LEASE_ESTORE. Messages must not contain the URL's password.
+ */
+#ifndef LEASE_SYS_STORE_H
+#define LEASE_SYS_STORE_H
+
+#include "../types.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/*
+ * Version 1 holds every slot below. A later version only appends slots;
+ * the core reads a slot only when backend->version is at least the version
+ * that brought it.
+ */
+#define LEASE_BACKEND_VERSION 1
+
+/* What a store can do beyond the required slots. */
+#define LEASE_FEATURE_NOTIFY 0x01u   /* wait_release wakes on a release */
+#define LEASE_FEATURE_TXN 0x02u      /* guarded_txn gives a native connection */
+#define LEASE_FEATURE_RENEW_MANY 0x04u
+#define LEASE_FEATURE_ROUNDS_TTL 0x08u /* granted ttl may exceed the asked */
+
+/* One acquisition request, already checked by the core. */
+typedef struct lease_request {
+    const char *key;
+    const char *owner;  /* canonical lower-case UUID */
+    const char *label;  /* never NULL, maybe "" */
+    uint64_t ttl_ms;
+} lease_request;
+
+/* Called by `list` once per key, in key order; non-zero stops the walk. */
+typedef int (*lease_list_cb)(const lease_info *info, void *payload);
+
+typedef struct lease_backend {
+    unsigned int version;      /* LEASE_BACKEND_VERSION */
+    const char *name;          /* "sqlite": shown in logs and metrics */
+    const char *const *schemes; /* URL schemes, NULL-terminated */
+    unsigned int features;     /* LEASE_FEATURE_* */
+
+    /*
+     * Required. Open a connection for `url` (whose scheme is one of
+     * `schemes`): parse it, connect, create or upgrade the schema. Return
+     * a new struct whose first member is lease_store (the core fills that
+     * member's fields after open returns). EINVALID for a bad URL, ESTORE
+     * when the store cannot be opened or reached.
+     */
+    int (*open)(lease_store **out, const char *url);
+
+    /* Required. Close the connection and free what open returned. */
+    void (*close)(lease_store *store);
+
+    /*
+     * Required. One atomic attempt (see CONTRACT): when no unexpired lease
+     * exists, grant a new token > every token issued for the key and set
+     * expiry = store clock + ttl; when req->owner holds the unexpired lease,
+     * set expiry anew and return the same token; otherwise LEASE_EBUSY with
+     * `holder` filled. On success fill out->token and out->ttl_ms (the ttl
+     * actually granted, >= req->ttl_ms); the core fills the rest.
+     */
+    int (*acquire)(lease_grant *out, lease_info *holder, lease_store *store,
+                   const lease_request *req);
+
+    /*
+     * Required. Extend to store clock + ttl_ms when (key, owner, token) is
+     * the current unexpired lease; else LEASE_ELOST. On success set
+     * *granted_ms to the ttl actually granted.
+     */
+    int (*renew)(uint64_t *granted_ms, lease_store *store, const char *key,
+                 const char *owner, uint64_t token, uint64_t ttl_ms);
+
+    /* Required. End the lease if owner and token match; else LEASE_ELOST. */
+    int (*release)(lease_store *store, const char *key, const char *owner,
+                   uint64_t token);
+
+    /* Required. LEASE_ENOTFOUND for a key never acquired. */
+    int (*inspect)(lease_info *out, lease_store *store, const char *key);
+
+    /* Required. Walk every key starting with prefix ("" = all). */
+    int (*list)(lease_store *store, const char *prefix, lease_list_cb cb,
+                void *payload);
+
+    /* Required. See lease_fence_advance(); *mark is always set on 0/ESTALE. */
+    int (*fence_advance)(uint64_t *mark, lease_store *store,
+                         const char *resource, uint64_t token);
+
+    /* Required. LEASE_ENOTFOUND if the resource has no mark. */
+    int (*fence_mark)(uint64_t *mark, lease_store *store, const char *resource);
+
+    /* Required. See lease_guarded_put(). */
+    int (*guarded_put)(lease_store *store, const char *key, const char *owner,
+                       uint64_t token, const char *name, const void *value,
+                       size_t len);
+
+    /* Required. See lease_data_get(); *value is malloc'ed, NUL-terminated. */
+    int (*data_get)(void **value, size_t *len, uint64_t *token,
+                    lease_store *store, const char *name);
+
+    /*
+     * Optional (LEASE_FEATURE_TXN). Begin, lock and validate the lease row,
+     * call cb(native connection, payload), commit when it returns 0 and roll
+     * back otherwise, returning its value.
+     */
+    int (*guarded_txn)(lease_store *store, const char *key, const char *owner,
+                       uint64_t token, int (*cb)(void *native, void *payload),
+                       void *payload);
+
+    /*
+     * Optional (LEASE_FEATURE_NOTIFY). Block until `key` is released or
+     * expires, or timeout_ms passes, whichever is first. Return 0 when woken
+     * (the key may be taken again already: the core simply retries),
+     * LEASE_ETIMEOUT when the time ran out, LEASE_ESTORE on failure.
+     * Without it the core polls with backoff and jitter.
+     */
+    int (*wait_release)(lease_store *store, const char *key,
+                        uint64_t timeout_ms);
+
+    /*
+     * Optional (LEASE_FEATURE_RENEW_MANY). Renew n leases of one holder in
+     * one round trip: results[i] gets what renew would have returned for
+     * grants[i], and granted_ms[i] the ttl granted. Returns 0 if the round
+     * trip happened (whatever the results), LEASE_ESTORE otherwise.
+     */
+    int (*renew_many)(int *results, uint64_t *granted_ms, lease_store *store,
+                      const lease_grant *grants, size_t n, uint64_t ttl_ms);
+
+    /*
+     * Optional. Called when the handle's per-call timeout changes (and once
+     * after open), so that the store bounds its waits (busy timeouts,
+     * socket timeouts) by it. The value is also in store->timeout_ms.
+     */
+    int (*set_timeout)(lease_store *store, uint64_t timeout_ms);
+} lease_backend;
+
+/*
+ * The part of a connection the core owns. A store embeds it first and must
+ * not change it, except that `open` leaves it zeroed for the core to fill.
+ */
+struct lease_store {
+    const lease_backend *backend;
+    char *url;          /* the URL as given, password included: never print */
+    char *url_redacted; /* for messages and logs */
+    uint64_t timeout_ms; /* bound on one call of a slot */
+    uint64_t ttl_max_ms;
+};
+
+/*
+ * Make a backend available to lease_store_open() for its schemes, before
+ * the built-in ones. Call it at start-up, before other threads use the
+ * library. EINVALID if the version or a required slot is missing.
+ */
+int lease_backend_register(const lease_backend *backend);
+
+/*
+ * Set the thread's last error to `code` with a printf-style message and
+ * return `code`, so a slot can write `return lease_store_seterr(...)`.
+ */
+int lease_store_seterr(int code, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+
+#ifdef __cplusplus
+}
+#endif
+#endif

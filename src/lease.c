@@ -1,0 +1,314 @@
+/*
+ * lease.c - the operations of the public API: argument checks, local
+ * deadlines, and the bounded wait of acquire. The store does one attempt;
+ * everything around it lives here, once for every store.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "lease_int.h"
+
+#define BACKOFF_MIN_DEFAULT_MS 10
+#define BACKOFF_MAX_DEFAULT_MS 1000
+
+static int check_store(const lease_store *s)
+{
+    if (s == NULL)
+        return lease__seterr(LEASE_EINVALID, "store is NULL");
+    return 0;
+}
+
+/* A grant given back by the caller: its strings must still be sound. */
+static int check_grant(const lease_grant *g)
+{
+    int rc;
+
+    if (g == NULL)
+        return lease__seterr(LEASE_EINVALID, "grant is NULL");
+    if (memchr(g->key, '\0', sizeof(g->key)) == NULL ||
+        memchr(g->owner, '\0', sizeof(g->owner)) == NULL)
+        return lease__seterr(LEASE_EINVALID, "grant is not initialised");
+    if ((rc = lease__check_name("key", g->key)) < 0)
+        return rc;
+    if (!lease_owner_valid(g->owner))
+        return lease__seterr(LEASE_EINVALID, "grant has no valid owner");
+    if (g->token == 0 || g->token > LEASE__TOKEN_MAX)
+        return lease__seterr(LEASE_EINVALID, "grant has no valid token");
+    return 0;
+}
+
+static int busy_error(int code, const char *key, const lease_info *h)
+{
+    return lease__seterr(code,
+                         "'%s' is held by %s%s(owner %s, token %llu), "
+                         "%llu ms left",
+                         key, h->label[0] ? h->label : "",
+                         h->label[0] ? " " : "", h->owner[0] ? h->owner : "?",
+                         (unsigned long long)h->token,
+                         (unsigned long long)h->remaining_ms);
+}
+
+int lease_acquire(lease_grant *out, lease_info *holder, lease_store *s,
+                  const char *key, const lease_acquire_opts *opts)
+{
+    char owner[LEASE_OWNER_BUFSZ];
+    lease_request req;
+    lease_info h;
+    lease_grant g;
+    uint64_t backoff, backoff_max;
+    int64_t wait_end;
+    int rc;
+
+    if (out == NULL)
+        return lease__seterr(LEASE_EINVALID, "out is NULL");
+    if ((rc = check_store(s)) < 0 || (rc = lease__check_name("key", key)) < 0)
+        return rc;
+    if (opts == NULL || opts->version != LEASE_ACQUIRE_OPTS_VERSION)
+        return lease__seterr(LEASE_EINVALID,
+                             "options are NULL or not LEASE_ACQUIRE_OPTS_INIT");
+    if ((rc = lease__canonical_owner(owner, opts->owner)) < 0 ||
+        (rc = lease__check_ttl(s, opts->ttl_ms)) < 0)
+        return rc;
+    if (opts->label && strnlen(opts->label, LEASE_LABEL_MAX + 1) > LEASE_LABEL_MAX)
+        return lease__seterr(LEASE_EINVALID, "label is longer than %d bytes",
+                             LEASE_LABEL_MAX);
+    if (opts->wait_ms > 24ULL * 3600 * 1000)
+        return lease__seterr(LEASE_EINVALID, "wait is longer than 24 h");
+
+    req.key = key;
+    req.owner = owner;
+    req.label = opts->label ? opts->label : "";
+    req.ttl_ms = opts->ttl_ms;
+    backoff = opts->backoff_min_ms ? opts->backoff_min_ms : BACKOFF_MIN_DEFAULT_MS;
+    backoff_max = opts->backoff_max_ms ? opts->backoff_max_ms : BACKOFF_MAX_DEFAULT_MS;
+    if (backoff > backoff_max)
+        backoff = backoff_max;
+    wait_end = lease_clock_ns() + (int64_t)opts->wait_ms * 1000000;
+
+    /* Bounded: every pass either returns or sleeps at least 1 ms, and the
+     * loop returns once wait_end has passed. */
+    for (;;) {
+        int64_t sent = lease_clock_ns(), left;
+        uint64_t pause;
+
+        memset(&g, 0, sizeof(g));
+        memset(&h, 0, sizeof(h));
+        rc = s->backend->acquire(&g, &h, s, &req);
+        if (rc == 0) {
+            lease__strlcpy(g.key, key, sizeof(g.key));
+            memcpy(g.owner, owner, sizeof(g.owner));
+            lease__strlcpy(g.label, req.label, sizeof(g.label));
+            g.deadline_ns = lease__deadline_ns(sent, g.ttl_ms);
+            *out = g;
+            return 0;
+        }
+        /* While waiting, a store failure is retried like a busy key (the
+         * store may be restarting), but it is what the caller hears if the
+         * wait ends on it: an unreachable store is never reported as busy. */
+        if (rc != LEASE_EBUSY && (rc != LEASE_ESTORE || opts->wait_ms == 0))
+            return rc;
+        if (rc == LEASE_EBUSY && holder)
+            *holder = h;
+        if (opts->wait_ms == 0)
+            return busy_error(LEASE_EBUSY, key, &h);
+        left = (wait_end - lease_clock_ns()) / 1000000;
+        if (left <= 0)
+            return rc == LEASE_ESTORE ? rc : busy_error(LEASE_ETIMEOUT, key, &h);
+        if (rc == LEASE_ESTORE)
+            h.remaining_ms = UINT64_MAX / 2;
+
+        /* Full jitter in [backoff/2, backoff], but never past the moment
+         * the holder's lease should end, nor past the end of the wait. */
+        pause = backoff / 2 + lease__random_u64() % (backoff / 2 + 1);
+        if (h.remaining_ms + 1 < pause)
+            pause = h.remaining_ms + 1;
+        if (pause > (uint64_t)left)
+            pause = (uint64_t)left;
+        if (pause == 0)
+            pause = 1;
+        if (s->backend->wait_release && rc == LEASE_EBUSY) {
+            rc = s->backend->wait_release(s, key, pause);
+            if (rc < 0 && rc != LEASE_ETIMEOUT)
+                return rc;
+        } else {
+            lease__sleep_ns((int64_t)pause * 1000000);
+        }
+        backoff = backoff * 2 > backoff_max ? backoff_max : backoff * 2;
+    }
+}
+
+int lease_renew(lease_grant *g, lease_store *s, uint64_t ttl_ms)
+{
+    uint64_t granted = 0;
+    int64_t sent;
+    int rc;
+
+    if ((rc = check_store(s)) < 0 || (rc = check_grant(g)) < 0)
+        return rc;
+    if (ttl_ms == 0)
+        ttl_ms = g->ttl_ms;
+    if ((rc = lease__check_ttl(s, ttl_ms)) < 0)
+        return rc;
+    sent = lease_clock_ns();
+    rc = s->backend->renew(&granted, s, g->key, g->owner, g->token, ttl_ms);
+    if (rc < 0)
+        return rc;
+    g->ttl_ms = granted ? granted : ttl_ms;
+    g->deadline_ns = lease__deadline_ns(sent, g->ttl_ms);
+    return 0;
+}
+
+int lease_release(lease_store *s, const lease_grant *g)
+{
+    int rc;
+
+    if ((rc = check_store(s)) < 0 || (rc = check_grant(g)) < 0)
+        return rc;
+    return s->backend->release(s, g->key, g->owner, g->token);
+}
+
+int lease_inspect(lease_info *out, lease_store *s, const char *key)
+{
+    int rc;
+
+    if (out == NULL)
+        return lease__seterr(LEASE_EINVALID, "out is NULL");
+    if ((rc = check_store(s)) < 0 || (rc = lease__check_name("key", key)) < 0)
+        return rc;
+    memset(out, 0, sizeof(*out));
+    return s->backend->inspect(out, s, key);
+}
+
+typedef struct {
+    lease_info *items;
+    size_t n, cap;
+} list_acc;
+
+static int list_add(const lease_info *info, void *payload)
+{
+    list_acc *acc = payload;
+
+    if (acc->n == acc->cap) {
+        size_t cap = acc->cap ? acc->cap * 2 : 16;
+        lease_info *p = realloc(acc->items, cap * sizeof(*p));
+        if (p == NULL)
+            return lease__seterr(LEASE_ENOMEM, "out of memory listing keys");
+        acc->items = p;
+        acc->cap = cap;
+    }
+    acc->items[acc->n++] = *info;
+    return 0;
+}
+
+int lease_list(lease_info **out, size_t *count, lease_store *s,
+               const char *prefix)
+{
+    list_acc acc = { NULL, 0, 0 };
+    int rc;
+
+    if (out == NULL || count == NULL)
+        return lease__seterr(LEASE_EINVALID, "out or count is NULL");
+    *out = NULL;
+    *count = 0;
+    if ((rc = check_store(s)) < 0)
+        return rc;
+    if (prefix == NULL)
+        prefix = "";
+    if (strnlen(prefix, LEASE_KEY_MAX + 1) > LEASE_KEY_MAX)
+        return lease__seterr(LEASE_EINVALID, "prefix is longer than %d bytes",
+                             LEASE_KEY_MAX);
+    rc = s->backend->list(s, prefix, list_add, &acc);
+    if (rc < 0) {
+        free(acc.items);
+        return rc;
+    }
+    *out = acc.items;
+    *count = acc.n;
+    return 0;
+}
+
+void lease_list_free(lease_info *list)
+{
+    free(list);
+}
+
+int lease_fence_advance(uint64_t *mark, lease_store *s, const char *resource,
+                        uint64_t token)
+{
+    uint64_t m = 0;
+    int rc;
+
+    if ((rc = check_store(s)) < 0 ||
+        (rc = lease__check_name("resource", resource)) < 0)
+        return rc;
+    if (token == 0 || token > LEASE__TOKEN_MAX)
+        return lease__seterr(LEASE_EINVALID, "token must be 1 .. 2^63-1");
+    rc = s->backend->fence_advance(&m, s, resource, token);
+    if (mark && (rc == 0 || rc == LEASE_ESTALE))
+        *mark = m;
+    if (rc == LEASE_ESTALE)
+        return lease__seterr(rc, "'%s' rejected token %llu: it has seen %llu",
+                             resource, (unsigned long long)token,
+                             (unsigned long long)m);
+    return rc;
+}
+
+int lease_fence_mark(uint64_t *mark, lease_store *s, const char *resource)
+{
+    int rc;
+
+    if (mark == NULL)
+        return lease__seterr(LEASE_EINVALID, "mark is NULL");
+    if ((rc = check_store(s)) < 0 ||
+        (rc = lease__check_name("resource", resource)) < 0)
+        return rc;
+    return s->backend->fence_mark(mark, s, resource);
+}
+
+int lease_guarded_put(lease_store *s, const lease_grant *g, const char *name,
+                      const void *value, size_t len)
+{
+    int rc;
+
+    if ((rc = check_store(s)) < 0 || (rc = check_grant(g)) < 0 ||
+        (rc = lease__check_name("data name", name)) < 0)
+        return rc;
+    if (value == NULL && len > 0)
+        return lease__seterr(LEASE_EINVALID, "value is NULL");
+    if (len > 64u * 1024 * 1024)
+        return lease__seterr(LEASE_EINVALID, "value is larger than 64 MiB");
+    return s->backend->guarded_put(s, g->key, g->owner, g->token, name,
+                                   value ? value : "", len);
+}
+
+int lease_data_get(void **value, size_t *len, uint64_t *token, lease_store *s,
+                   const char *name)
+{
+    int rc;
+
+    if (value == NULL || len == NULL)
+        return lease__seterr(LEASE_EINVALID, "value or len is NULL");
+    *value = NULL;
+    *len = 0;
+    if ((rc = check_store(s)) < 0 ||
+        (rc = lease__check_name("data name", name)) < 0)
+        return rc;
+    return s->backend->data_get(value, len, token, s, name);
+}
+
+int lease_guarded_txn(lease_store *s, const lease_grant *g, lease_txn_cb cb,
+                      void *payload)
+{
+    int rc;
+
+    if ((rc = check_store(s)) < 0 || (rc = check_grant(g)) < 0)
+        return rc;
+    if (cb == NULL)
+        return lease__seterr(LEASE_EINVALID, "callback is NULL");
+    if (s->backend->guarded_txn == NULL)
+        return lease__seterr(LEASE_EUNSUPPORTED,
+                             "the %s store has no transactions for your own "
+                             "statements; use lease_guarded_put",
+                             s->backend->name);
+    return s->backend->guarded_txn(s, g->key, g->owner, g->token, cb, payload);
+}

@@ -1,0 +1,63 @@
+/*
+ * lease_int.h - what the core's files and the in-tree stores share.
+ * Names with a double underscore (lease__) are internal and may change.
+ */
+#ifndef LEASE_INT_H
+#define LEASE_INT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "lease.h"
+#include "lease/sys/store.h"
+
+/* The greatest token any store keeps (PostgreSQL's bigint, SQLite's int). */
+#define LEASE__TOKEN_MAX ((uint64_t)INT64_MAX)
+#define LEASE__TIMEOUT_DEFAULT_MS 5000u
+
+/* error.c */
+#define lease__seterr lease_store_seterr
+
+/* util.c */
+int64_t lease__mono_ns(void);           /* CLOCK_MONOTONIC, for condvars */
+void lease__sleep_ns(int64_t ns);
+uint64_t lease__random_u64(void);       /* for jitter; not for identities */
+int lease__check_name(const char *what, const char *name);
+int lease__check_ttl(const lease_store *store, uint64_t ttl_ms);
+int lease__canonical_owner(char out[LEASE_OWNER_BUFSZ], const char *owner);
+void lease__strlcpy(char *dst, const char *src, size_t size);
+/* The local deadline: sent_ns + ttl - margin for clock-rate drift. */
+int64_t lease__deadline_ns(int64_t sent_ns, uint64_t ttl_ms);
+
+/* url.c: URLs of the form scheme:[//[user[:password]@]hosts][path][?query] */
+typedef struct lease__url_param {
+    char *name;
+    char *value;
+} lease__url_kv;
+
+typedef struct lease__url {
+    char *scheme;       /* lower-cased */
+    int has_authority;  /* "//" was present */
+    char *user;         /* decoded, NULL if absent */
+    char *password;     /* decoded, NULL if absent */
+    char *hosts;        /* raw "host:port[,host:port]", "" if absent */
+    char *path;         /* decoded; "/x/y" or, without authority, "x/y" */
+    lease__url_kv *params;
+    size_t nparams;
+} lease__url;
+
+int lease__url_parse(lease__url *out, const char *text);
+void lease__url_free(lease__url *url);
+const char *lease__url_param(const lease__url *url, const char *name);
+/* A copy of `text` with the password replaced by "***" (malloc'ed). */
+char *lease__url_redact(const char *text);
+/* The scheme of `text`, lower-cased, into buf; EINVALID if none. */
+int lease__url_scheme(char *buf, size_t size, const char *text);
+
+/* store.c */
+const lease_backend *lease__backend_for(const char *scheme);
+
+/* Built-in stores. */
+extern const lease_backend lease__sqlite_backend;
+
+#endif

@@ -171,6 +171,8 @@ int cmd_run(cli_globals *g, cli_args *a)
         return rc;
     if (key == NULL)
         return cli_usage(a->cmd, "missing KEY");
+    if (!lease_key_valid(key))
+        return cli_usage(a->cmd, "KEY must be 1 to %d bytes", LEASE_KEY_MAX);
     if (cmd_at < 0 || cmd_at >= a->argc)
         return cli_usage(a->cmd, "missing the command: lease run KEY -- CMD [ARG...]");
     log.json = g->json;
@@ -215,15 +217,9 @@ int cmd_run(cli_globals *g, cli_args *a)
         lease_store_close(s);
         return EXIT_FAIL;
     }
-    ko.on_lost = on_lost;
-    if ((rc = lease_keeper_start(&keeper, s, &grant, &ko)) < 0) {
-        rc = cli_fail(rc, "run");
-        lease_release(s, &grant);
-        lease_store_close(s);
-        return rc;
-    }
-    lease_store_close(s);
-
+    /* Block the signals we forward before the keeper's thread starts: it
+     * inherits the mask, and signalfd only sees signals blocked in every
+     * thread (otherwise SIGTERM could kill us from the keeper's thread). */
     sigemptyset(&mask);
     sigaddset(&mask, SIGCHLD);
     sigaddset(&mask, SIGINT);
@@ -233,7 +229,16 @@ int cmd_run(cli_globals *g, cli_args *a)
     sigaddset(&mask, SIGUSR1);
     sigaddset(&mask, SIGUSR2);
     sigprocmask(SIG_BLOCK, &mask, &oldmask);
-    sfd = signalfd(-1, &mask, SFD_CLOEXEC);
+    ko.on_lost = on_lost;
+    if ((rc = lease_keeper_start(&keeper, s, &grant, &ko)) < 0) {
+        rc = cli_fail(rc, "run");
+        lease_release(s, &grant);
+        lease_store_close(s);
+        return rc;
+    }
+    lease_store_close(s);
+
+    sfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
     child = start_child(a->argv + cmd_at, &grant, &oldmask);
     if (sfd < 0 || child < 0) {
         perror("lease run: cannot start the command");

@@ -149,6 +149,14 @@ static int need_key(cli_args *a, int npos, const char *what)
     return 0;
 }
 
+/* Checked before the store is opened, so bad input touches nothing. */
+static int check_key(cli_args *a, const char *key, const char *what)
+{
+    if (!lease_key_valid(key))
+        return cli_usage(a->cmd, "%s must be 1 to %d bytes", what, LEASE_KEY_MAX);
+    return 0;
+}
+
 static int cmd_acquire(cli_globals *g, cli_args *a)
 {
     cmd_opts o = { 0 };
@@ -164,7 +172,7 @@ static int cmd_acquire(cli_globals *g, cli_args *a)
                usage_acquire);
     if (rc)
         return rc < 0 ? EXIT_OK : rc;
-    if ((rc = need_key(a, npos, "KEY")))
+    if ((rc = need_key(a, npos, "KEY")) || (rc = check_key(a, pos[0], "KEY")))
         return rc;
     if (o.owner) {
         if (!lease_owner_valid(o.owner))
@@ -239,8 +247,10 @@ static int cmd_renew(cli_globals *g, cli_args *a)
         lease_info info;
         o.ttl_ms = DEFAULT_TTL_MS;
         if (lease_inspect(&info, s, pos[0]) == 0 && info.held &&
-            info.token == grant.token && info.ttl_ms > 0)
+            info.token == grant.token && info.ttl_ms > 0) {
             o.ttl_ms = info.ttl_ms;
+            memcpy(grant.label, info.label, sizeof(grant.label));
+        }
     }
     rc = lease_renew(&grant, s, o.ttl_ms);
     lease_store_close(s);
@@ -306,7 +316,7 @@ static int cmd_show(cli_globals *g, cli_args *a)
     rc = parse(g, a, &o, " ", pos, 1, &npos, usage_show);
     if (rc)
         return rc < 0 ? EXIT_OK : rc;
-    if ((rc = need_key(a, npos, "KEY")))
+    if ((rc = need_key(a, npos, "KEY")) || (rc = check_key(a, pos[0], "KEY")))
         return rc;
     if ((rc = cli_open_store(&s, g)))
         return rc;
@@ -333,6 +343,8 @@ static int cmd_ls(cli_globals *g, cli_args *a)
     rc = parse(g, a, &o, " ", pos, 1, &npos, usage_ls);
     if (rc)
         return rc < 0 ? EXIT_OK : rc;
+    if (strlen(pos[0]) > LEASE_KEY_MAX)
+        return cli_usage(a->cmd, "PREFIX must be at most %d bytes", LEASE_KEY_MAX);
     if ((rc = cli_open_store(&s, g)))
         return rc;
     rc = lease_list(&items, &n, s, pos[0]);
@@ -365,6 +377,8 @@ static int cmd_fence(cli_globals *g, cli_args *a)
         return rc < 0 ? EXIT_OK : rc;
     if (npos < 2)
         return cli_usage(a->cmd, "expected RESOURCE TOKEN");
+    if ((rc = check_key(a, pos[0], "RESOURCE")))
+        return rc;
     if (lease_parse_token(&token, pos[1]) < 0)
         return cli_usage(a->cmd, "TOKEN: %s", lease_errmsg());
     if ((rc = cli_open_store(&s, g)))

@@ -98,13 +98,9 @@ int cli_open_store(lease_store **out, const cli_globals *g)
             }
         }
     }
-    if ((rc = lease_store_open(out, url)) < 0)
+    if ((rc = lease_store_open_timeout(out, url,
+                                       g->timeout_ms ? g->timeout_ms : 5000)) < 0)
         return cli_fail(rc, "store");
-    if (g->timeout_ms && (rc = lease_store_set_timeout(*out, g->timeout_ms)) < 0) {
-        lease_store_close(*out);
-        *out = NULL;
-        return cli_fail(rc, "store");
-    }
     return 0;
 }
 
@@ -165,6 +161,10 @@ int cli_duration(uint64_t *ms, const char *cmd, const char *flag,
     }
     if (!allow_zero && *ms == 0) {
         cli_usage(cmd, "%s must be more than 0", flag);
+        return EXIT_USAGE;
+    }
+    if (strcmp(flag, "--ttl") == 0 && *ms > LEASE_TTL_MAX_DEFAULT_MS) {
+        cli_usage(cmd, "--ttl must be at most 24h");
         return EXIT_USAGE;
     }
     return 0;

@@ -114,11 +114,13 @@ int lease_keeper_start(lease_keeper **out, lease_store *store,
     if (opts->version != LEASE_KEEPER_OPTS_VERSION)
         return lease__seterr(LEASE_EINVALID,
                              "options are not LEASE_KEEPER_OPTS_INIT");
-    if (grant->ttl_ms == 0 || grant->token == 0 || grant->deadline_ns == 0 ||
-        memchr(grant->key, '\0', sizeof(grant->key)) == NULL ||
-        !lease_owner_valid(grant->owner))
+    if ((rc = lease__check_grant(grant)) < 0 ||
+        (rc = lease__check_ttl(store, grant->ttl_ms)) < 0)
+        return rc;
+    if (grant->deadline_ns == 0)
         return lease__seterr(LEASE_EINVALID,
-                             "grant is not one returned by lease_acquire");
+                             "grant has no local deadline: keep a grant "
+                             "returned by lease_acquire");
     if (opts->renew_every_ms >= grant->ttl_ms)
         return lease__seterr(LEASE_EINVALID,
                              "renewal period must be shorter than the ttl");

@@ -19,7 +19,7 @@ static int check_store(const lease_store *s)
 }
 
 /* A grant given back by the caller: its strings must still be sound. */
-static int check_grant(const lease_grant *g)
+int lease__check_grant(const lease_grant *g)
 {
     int rc;
 
@@ -143,7 +143,7 @@ int lease_renew(lease_grant *g, lease_store *s, uint64_t ttl_ms)
     int64_t sent;
     int rc;
 
-    if ((rc = check_store(s)) < 0 || (rc = check_grant(g)) < 0)
+    if ((rc = check_store(s)) < 0 || (rc = lease__check_grant(g)) < 0)
         return rc;
     if (ttl_ms == 0)
         ttl_ms = g->ttl_ms;
@@ -162,7 +162,7 @@ int lease_release(lease_store *s, const lease_grant *g)
 {
     int rc;
 
-    if ((rc = check_store(s)) < 0 || (rc = check_grant(g)) < 0)
+    if ((rc = check_store(s)) < 0 || (rc = lease__check_grant(g)) < 0)
         return rc;
     return s->backend->release(s, g->key, g->owner, g->token);
 }
@@ -270,7 +270,7 @@ int lease_guarded_put(lease_store *s, const lease_grant *g, const char *name,
 {
     int rc;
 
-    if ((rc = check_store(s)) < 0 || (rc = check_grant(g)) < 0 ||
+    if ((rc = check_store(s)) < 0 || (rc = lease__check_grant(g)) < 0 ||
         (rc = lease__check_name("data name", name)) < 0)
         return rc;
     if (value == NULL && len > 0)
@@ -301,7 +301,7 @@ int lease_guarded_txn(lease_store *s, const lease_grant *g, lease_txn_cb cb,
 {
     int rc;
 
-    if ((rc = check_store(s)) < 0 || (rc = check_grant(g)) < 0)
+    if ((rc = check_store(s)) < 0 || (rc = lease__check_grant(g)) < 0)
         return rc;
     if (cb == NULL)
         return lease__seterr(LEASE_EINVALID, "callback is NULL");
@@ -311,4 +311,33 @@ int lease_guarded_txn(lease_store *s, const lease_grant *g, lease_txn_cb cb,
                              "statements; use lease_guarded_put",
                              s->backend->name);
     return s->backend->guarded_txn(s, g->key, g->owner, g->token, cb, payload);
+}
+
+int64_t lease_advisory_key(const char *key)
+{
+    uint64_t h = 0xcbf29ce484222325ULL;
+
+    if (key == NULL)
+        return 0;
+    for (; *key; key++) {
+        h ^= (unsigned char)*key;
+        h *= 0x100000001b3ULL;
+    }
+    return (int64_t)h;
+}
+
+int lease_advisory_txn(lease_store *s, const char *key, int try_only,
+                       lease_txn_cb cb, void *payload)
+{
+    int rc;
+
+    if ((rc = check_store(s)) < 0 || (rc = lease__check_name("key", key)) < 0)
+        return rc;
+    if (cb == NULL)
+        return lease__seterr(LEASE_EINVALID, "callback is NULL");
+    if (s->backend->advisory_txn == NULL)
+        return lease__seterr(LEASE_EUNSUPPORTED,
+                             "the %s store has no advisory locks", s->backend->name);
+    return s->backend->advisory_txn(s, lease_advisory_key(key), try_only != 0,
+                                    cb, payload);
 }

@@ -54,10 +54,14 @@ char *lease__url_redact(const char *text);
 /* The scheme of `text`, lower-cased, into buf; EINVALID if none. */
 int lease__url_scheme(char *buf, size_t size, const char *text);
 
+/* lease.c: key, owner and token of a grant given back by the caller. */
+int lease__check_grant(const lease_grant *g);
+
 /* store.c */
 const lease_backend *lease__backend_for(const char *scheme);
 
 /* Built-in stores. */
 extern const lease_backend lease__sqlite_backend;
+extern const lease_backend lease__pg_backend;
 
 #endif

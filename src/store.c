@@ -16,6 +16,7 @@ static size_t nregistered;
 
 static const lease_backend *const builtin[] = {
     &lease__sqlite_backend,
+    &lease__pg_backend,
 };
 
 static int handles(const lease_backend *b, const char *scheme)
@@ -61,6 +62,12 @@ int lease_backend_register(const lease_backend *b)
 
 int lease_store_open(lease_store **out, const char *url)
 {
+    return lease_store_open_timeout(out, url, LEASE__TIMEOUT_DEFAULT_MS);
+}
+
+int lease_store_open_timeout(lease_store **out, const char *url,
+                             uint64_t timeout_ms)
+{
     char scheme[32];
     const lease_backend *b;
     lease_store *s = NULL;
@@ -71,6 +78,9 @@ int lease_store_open(lease_store **out, const char *url)
     *out = NULL;
     if (url == NULL || *url == '\0')
         return lease__seterr(LEASE_EINVALID, "store URL is empty");
+    if (timeout_ms == 0 || timeout_ms > 24ULL * 3600 * 1000)
+        return lease__seterr(LEASE_EINVALID,
+                             "timeout must be between 1 ms and 24 h");
     if (lease__url_scheme(scheme, sizeof(scheme), url) < 0)
         return lease__seterr(LEASE_EINVALID,
                              "store URL has no scheme: expected e.g. "
@@ -78,13 +88,13 @@ int lease_store_open(lease_store **out, const char *url)
     if ((b = lease__backend_for(scheme)) == NULL)
         return lease__seterr(LEASE_EINVALID,
                              "unknown store URL scheme '%s' (this build "
-                             "knows: sqlite)", scheme);
-    if ((rc = b->open(&s, url)) < 0)
+                             "knows: sqlite, postgres, postgresql)", scheme);
+    if ((rc = b->open(&s, url, timeout_ms)) < 0)
         return rc;
     s->backend = b;
     s->url = strdup(url);
     s->url_redacted = lease__url_redact(url);
-    s->timeout_ms = LEASE__TIMEOUT_DEFAULT_MS;
+    s->timeout_ms = timeout_ms;
     s->ttl_max_ms = LEASE_TTL_MAX_DEFAULT_MS;
     if (s->url == NULL || s->url_redacted == NULL) {
         lease_store_close(s);
@@ -146,25 +156,59 @@ int lease_store_set_ttl_max(lease_store *s, uint64_t ttl_max_ms)
     return 0;
 }
 
+/* Append `dir` to buf as a URL path: '%', '?' and '#' (and anything that
+ * is not printable ASCII) are percent-encoded so the parser reads back
+ * exactly `dir`. Returns the new length, or size when it does not fit. */
+static size_t put_path(char *buf, size_t len, size_t size, const char *dir)
+{
+    static const char hex[] = "0123456789ABCDEF";
+
+    for (; *dir && len < size; dir++) {
+        unsigned char c = (unsigned char)*dir;
+
+        if (c == '%' || c == '?' || c == '#' || c <= 0x20 || c >= 0x7f) {
+            if (len + 3 >= size)
+                return size;
+            buf[len++] = '%';
+            buf[len++] = hex[c >> 4];
+            buf[len++] = hex[c & 15];
+        } else {
+            buf[len++] = (char)c;
+        }
+    }
+    return len;
+}
+
 int lease_default_store_url(char *buf, size_t size)
 {
     const char *env = getenv("LEASE_STORE"), *state = getenv("XDG_STATE_HOME");
-    const char *home = getenv("HOME");
-    int n;
+    const char *home = getenv("HOME"), *base, *tail;
+    size_t len;
 
     if (buf == NULL || size == 0)
         return lease__seterr(LEASE_EINVALID, "buffer is NULL or empty");
-    if (env && *env)
-        n = snprintf(buf, size, "%s", env);
-    else if (state && *state == '/')
-        n = snprintf(buf, size, "sqlite://%s/lease/lease.db", state);
-    else if (home && *home == '/')
-        n = snprintf(buf, size, "sqlite://%s/.local/state/lease/lease.db", home);
-    else
+    if (env && *env) {
+        if (strlen(env) >= size)
+            return lease__seterr(LEASE_EINVALID, "store URL does not fit");
+        strcpy(buf, env);
+        return 0;
+    }
+    if (state && *state == '/') {
+        base = state;
+        tail = "/lease/lease.db";
+    } else if (home && *home == '/') {
+        base = home;
+        tail = "/.local/state/lease/lease.db";
+    } else {
         return lease__seterr(LEASE_ENOTFOUND,
                              "no store given, and neither LEASE_STORE, "
                              "XDG_STATE_HOME nor HOME is set");
-    if (n < 0 || (size_t)n >= size)
+    }
+    len = put_path(buf, 0, size, "sqlite://");
+    len = put_path(buf, len, size, base);
+    len = put_path(buf, len, size, tail);
+    if (len >= size)
         return lease__seterr(LEASE_EINVALID, "store URL does not fit");
+    buf[len] = '\0';
     return 0;
 }

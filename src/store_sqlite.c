@@ -245,51 +245,66 @@ static void row_info(lease_info *out, sqlite3_stmt *st)
     out->ttl_ms = out->held ? col_u64(st, 5) : 0;
 }
 
-static int setup(sqlite_store *s, const char *synchronous)
+static int user_version(sqlite_store *s, int *version)
+{
+    sqlite3_stmt *st;
+    int rc = sqlite3_prepare_v2(s->db, "PRAGMA user_version", -1, &st, NULL);
+
+    if (rc == SQLITE_OK && (rc = sqlite3_step(st)) == SQLITE_ROW)
+        *version = sqlite3_column_int(st, 0);
+    sqlite3_finalize(st);
+    return rc == SQLITE_ROW ? 0 : fail(s, "read schema version");
+}
+
+static int setup(sqlite_store *s, const char *synchronous, uint64_t timeout_ms)
 {
     char pragmas[128];
     int version = 0, rc, i;
-    sqlite3_stmt *st;
 
     sqlite3_extended_result_codes(s->db, 1);
-    sqlite3_busy_timeout(s->db, LEASE__TIMEOUT_DEFAULT_MS);
+    sqlite3_busy_timeout(s->db, timeout_ms > INT_MAX ? INT_MAX : (int)timeout_ms);
     if (sqlite3_create_function(s->db, "lease_now_ms", 0, SQLITE_UTF8, NULL,
                                 now_ms_fn, NULL, NULL) != SQLITE_OK ||
         sqlite3_create_function(s->db, "lease_boot_id", 0, SQLITE_UTF8, s,
                                 boot_id_fn, NULL, NULL) != SQLITE_OK)
         return fail(s, "create functions");
-    /* journal_mode=WAL is a property of the file and needs the write lock
-     * once; the busy timeout above lets many first openers queue for it. */
+    /* journal_mode=WAL is a property of the file: switching to it needs the
+     * write lock once (the busy timeout lets many first openers queue);
+     * once the file is in WAL mode this reads only. */
     snprintf(pragmas, sizeof(pragmas),
              "PRAGMA journal_mode=WAL; PRAGMA synchronous=%s;", synchronous);
     if (sqlite3_exec(s->db, pragmas, NULL, NULL, NULL) != SQLITE_OK)
         return fail(s, "set journal mode");
 
-    if (sqlite3_exec(s->db, "BEGIN IMMEDIATE", NULL, NULL, NULL) != SQLITE_OK)
-        return fail(s, "open schema transaction");
-    rc = sqlite3_prepare_v2(s->db, "PRAGMA user_version", -1, &st, NULL);
-    if (rc == SQLITE_OK && sqlite3_step(st) == SQLITE_ROW)
-        version = sqlite3_column_int(st, 0);
-    sqlite3_finalize(st);
-    if (version > SCHEMA_VERSION) {
-        sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
+    /* Read the version first: an open of an up-to-date file (every open
+     * but the first) takes no write lock, so it is not held up by writers. */
+    if ((rc = user_version(s, &version)) < 0)
+        return rc;
+    if (version < SCHEMA_VERSION) {
+        if (sqlite3_exec(s->db, "BEGIN IMMEDIATE", NULL, NULL, NULL) != SQLITE_OK)
+            return fail(s, "open schema transaction");
+        if ((rc = user_version(s, &version)) < 0) {
+            sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
+            return rc;
+        }
+        if (version < SCHEMA_VERSION &&
+            (sqlite3_exec(s->db, schema_v1, NULL, NULL, NULL) != SQLITE_OK ||
+             sqlite3_exec(s->db, "PRAGMA user_version = 1", NULL, NULL, NULL) != SQLITE_OK)) {
+            rc = fail(s, "create schema");
+            sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
+            return rc;
+        }
+        if (sqlite3_exec(s->db, "COMMIT", NULL, NULL, NULL) != SQLITE_OK) {
+            rc = fail(s, "commit schema");
+            sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
+            return rc;
+        }
+    }
+    if (version > SCHEMA_VERSION)
         return lease__seterr(LEASE_ESTORE,
                              "sqlite store %s has schema version %d, newer "
                              "than this build knows (%d)",
                              s->path, version, SCHEMA_VERSION);
-    }
-    if (version < SCHEMA_VERSION &&
-        (sqlite3_exec(s->db, schema_v1, NULL, NULL, NULL) != SQLITE_OK ||
-         sqlite3_exec(s->db, "PRAGMA user_version = 1", NULL, NULL, NULL) != SQLITE_OK)) {
-        rc = fail(s, "create schema");
-        sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
-        return rc;
-    }
-    if (sqlite3_exec(s->db, "COMMIT", NULL, NULL, NULL) != SQLITE_OK) {
-        rc = fail(s, "commit schema");
-        sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
-        return rc;
-    }
     for (i = 0; i < ST_COUNT; i++)
         if (sqlite3_prepare_v3(s->db, sql[i], -1, SQLITE_PREPARE_PERSISTENT,
                                &s->st[i], NULL) != SQLITE_OK)
@@ -308,7 +323,7 @@ static void sqlite_close(lease_store *base)
     free(s);
 }
 
-static int sqlite_open(lease_store **out, const char *url)
+static int sqlite_open(lease_store **out, const char *url, uint64_t timeout_ms)
 {
     lease__url u;
     sqlite_store *s;
@@ -368,7 +383,7 @@ static int sqlite_open(lease_store **out, const char *url)
         sqlite_close(&s->parent);
         return rc;
     }
-    if ((rc = setup(s, sync)) < 0) {
+    if ((rc = setup(s, sync, timeout_ms)) < 0) {
         sqlite_close(&s->parent);
         return rc;
     }

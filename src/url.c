@@ -210,8 +210,16 @@ char *lease__url_redact(const char *text)
     if (out == NULL)
         return NULL;
     o = out;
-    auth = strstr(text, "://");
     s = text;
+    /* Only a "//" right after the scheme starts an authority: "://" later
+     * on (inside a parameter, say) is not one. */
+    {
+        char scheme[32];
+        auth = NULL;
+        if (lease__url_scheme(scheme, sizeof(scheme), text) == 0 &&
+            strncmp(text + strlen(scheme), "://", 3) == 0)
+            auth = text + strlen(scheme);
+    }
     if (auth != NULL) {
         auth += 3;
         auth_end = auth + strcspn(auth, "/?");
@@ -237,8 +245,14 @@ char *lease__url_redact(const char *text)
         while (*s) {
             size_t n = strcspn(s, "&");
             const char *eq = memchr(s, '=', n);
-            if (eq && (size_t)(eq - s) == 8 && strncasecmp(s, "password", 8) == 0) {
-                put(&o, s, 9);
+            /* Compare the decoded name, as the parser will read it; a
+             * name that does not decode is hidden too, to be safe. */
+            char *name = eq ? decode(s, (size_t)(eq - s), 1) : NULL;
+            int secret = eq && (name == NULL || strcasecmp(name, "password") == 0);
+
+            free(name);
+            if (secret) {
+                put(&o, s, (size_t)(eq + 1 - s));
                 put(&o, "***", 3);
             } else {
                 put(&o, s, n);

@@ -81,6 +81,16 @@ int lease__check_name(const char *what, const char *name)
     return 0;
 }
 
+int lease_key_valid(const char *key)
+{
+    size_t n;
+
+    if (key == NULL)
+        return 0;
+    n = strnlen(key, LEASE_KEY_MAX + 1);
+    return n >= 1 && n <= LEASE_KEY_MAX;
+}
+
 int lease__check_ttl(const lease_store *store, uint64_t ttl_ms)
 {
     uint64_t cap = store ? store->ttl_max_ms : LEASE_TTL_MAX_DEFAULT_MS;

@@ -69,6 +69,27 @@ typedef int (*lease_txn_cb)(void *native, void *payload);
 int lease_guarded_txn(lease_store *store, const lease_grant *grant,
                       lease_txn_cb cb, void *payload);
 
+/*
+ * The stable mapping from a text key to an advisory lock's 64-bit key:
+ * FNV-1a (64-bit) over the key's bytes, read as a two's-complement signed
+ * number. Every participant that locks "tenant-42" locks the same number,
+ * whatever its language: the algorithm is documented in docs/stores.md.
+ */
+int64_t lease_advisory_key(const char *key);
+
+/*
+ * Short database-only work under a transaction-level advisory lock
+ * (PostgreSQL's pg_advisory_xact_lock, or pg_try_advisory_xact_lock when
+ * try_only): begin, lock lease_advisory_key(key), run cb with the native
+ * connection, commit (0) or roll back (anything else, which is returned).
+ * The lock ends with the transaction, so a pooled connection never keeps it.
+ * LEASE_EBUSY when try_only and another transaction holds the lock;
+ * LEASE_ETIMEOUT when the lock was not granted within the handle's timeout;
+ * LEASE_EUNSUPPORTED for stores without advisory locks.
+ */
+int lease_advisory_txn(lease_store *store, const char *key, int try_only,
+                       lease_txn_cb cb, void *payload);
+
 #ifdef __cplusplus
 }
 #endif

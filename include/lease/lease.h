@@ -23,6 +23,9 @@ extern "C" {
  */
 int lease_owner_new(char out[LEASE_OWNER_BUFSZ]);
 
+/* Is `key` a usable key or resource name (1..LEASE_KEY_MAX bytes)? 1 or 0. */
+int lease_key_valid(const char *key);
+
 /* Is `owner` a UUID in text form (any case)? 1 or 0. */
 int lease_owner_valid(const char *owner);
 

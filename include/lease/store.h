@@ -28,6 +28,14 @@ extern "C" {
  */
 int lease_store_open(lease_store **out, const char *url);
 
+/*
+ * As lease_store_open(), with every wait of the opening (connecting,
+ * creating the schema, waiting for a lock) and then every call bounded by
+ * timeout_ms instead of the default 5000 ms.
+ */
+int lease_store_open_timeout(lease_store **out, const char *url,
+                             uint64_t timeout_ms);
+
 /* Close a store and free it. NULL is allowed. */
 void lease_store_close(lease_store *store);
 

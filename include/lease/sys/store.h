@@ -41,6 +41,7 @@ extern "C" {
 #define LEASE_FEATURE_TXN 0x02u      /* guarded_txn gives a native connection */
 #define LEASE_FEATURE_RENEW_MANY 0x04u
 #define LEASE_FEATURE_ROUNDS_TTL 0x08u /* granted ttl may exceed the asked */
+#define LEASE_FEATURE_ADVISORY 0x10u   /* advisory_txn takes database locks */
 
 /* One acquisition request, already checked by the core. */
 typedef struct lease_request {
@@ -61,12 +62,13 @@ typedef struct lease_backend {
 
     /*
      * Required. Open a connection for `url` (whose scheme is one of
-     * `schemes`): parse it, connect, create or upgrade the schema. Return
-     * a new struct whose first member is lease_store (the core fills that
-     * member's fields after open returns). EINVALID for a bad URL, ESTORE
-     * when the store cannot be opened or reached.
+     * `schemes`): parse it, connect, create or upgrade the schema, taking
+     * at most timeout_ms for all of it. Return a new struct whose first
+     * member is lease_store (the core fills that member's fields after open
+     * returns). EINVALID for a bad URL, ESTORE when the store cannot be
+     * opened or reached in time.
      */
-    int (*open)(lease_store **out, const char *url);
+    int (*open)(lease_store **out, const char *url, uint64_t timeout_ms);
 
     /* Required. Close the connection and free what open returned. */
     void (*close)(lease_store *store);
@@ -151,6 +153,17 @@ typedef struct lease_backend {
      * socket timeouts) by it. The value is also in store->timeout_ms.
      */
     int (*set_timeout)(lease_store *store, uint64_t timeout_ms);
+
+    /*
+     * Optional (LEASE_FEATURE_ADVISORY). Begin a transaction, take the
+     * transaction-level advisory lock numbered `lock_key` (waiting at most
+     * the handle's timeout, or not at all when try_only), call
+     * cb(native connection, payload), commit when it returns 0 and roll
+     * back otherwise. LEASE_EBUSY when try_only and the lock is taken;
+     * LEASE_ETIMEOUT when waiting for it ran out of time.
+     */
+    int (*advisory_txn)(lease_store *store, int64_t lock_key, int try_only,
+                        int (*cb)(void *native, void *payload), void *payload);
 } lease_backend;
 
 /*

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Install the Debian packages the build and the tests need, if any is missing.
+# Runs as root on a fresh machine; asks apt only when something is missing.
+set -euo pipefail
+
+packages=(
+  gcc make cmake pkg-config
+  libsqlite3-dev libpq-dev uuid-dev libjansson-dev   # the library and the CLI
+  libcmocka-dev sqlite3 jq postgresql-15 iproute2 coreutils util-linux   # the tests
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
+    missing+=("$p")
+  fi
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "installing: ${missing[*]}"
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "deps.sh: run as root (or install these packages): ${missing[*]}" >&2
+    exit 1
+  fi
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi

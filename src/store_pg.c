@@ -1,0 +1,1267 @@
+/*
+ * store_pg.c - PostgreSQL, through libpq: the chapter's lease table.
+ *
+ * URLs: postgres://[user[:password]@]host[:port][/db][?param=value...] or
+ * postgresql://...; libpq reads the URL itself, so sslmode, PGPASSFILE,
+ * PGSERVICE and the rest work as with psql. The store's own parameters are
+ * taken out before libpq sees the URL:
+ *   lease_table=NAME   the lease table (default coordination_lease)
+ *   fence_table=NAME   high-water marks (default lease_fence)
+ *   data_table=NAME    guarded values (default lease_data)
+ *
+ * The lease table is the chapter's, created if missing; an existing table
+ * made by the chapter's SQL is used as it is (the optional holder_label
+ * and lease_ttl_ms columns are used only if present). Acquire, renew and
+ * release are the chapter's statements, one round trip each, prepared once
+ * per connection, with clock_timestamp() as the only clock.
+ *
+ * Every call is bounded: queries go out asynchronously and the socket is
+ * polled until the handle's timeout; a query with no answer in time drops
+ * the connection (the next call reconnects) and reports LEASE_ESTORE, since
+ * the outcome is unknown. The server also gets statement_timeout and
+ * lock_timeout, so it gives up on its side too.
+ */
+#define _GNU_SOURCE /* vasprintf */
+#include <errno.h>
+#include <stdarg.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <libpq-fe.h>
+
+#include "lease_int.h"
+
+#define NOTIFY_CHANNEL "lease_release"
+
+enum {
+    ST_ACQUIRE,
+    ST_HOLDER,
+    ST_RENEW,
+    ST_RELEASE,
+    ST_INSPECT,
+    ST_LIST,
+    ST_FENCE_RAISE,
+    ST_FENCE_MARK,
+    ST_CHECK_HOLDER,
+    ST_DATA_PUT,
+    ST_DATA_GET,
+    ST_COUNT
+};
+
+/* Parameter types, declared when preparing so that every statement can
+ * take the same parameters whether or not it uses them all. */
+#define T_TEXT 25
+#define T_BYTEA 17
+#define T_INT8 20
+#define T_UUID 2950
+#define T_INTERVAL 1186
+
+static const struct {
+    int n;
+    Oid types[5];
+} params[ST_COUNT] = {
+    [ST_ACQUIRE] = { 5, { T_TEXT, T_UUID, T_INTERVAL, T_TEXT, T_INT8 } },
+    [ST_HOLDER] = { 1, { T_TEXT } },
+    [ST_RENEW] = { 5, { T_TEXT, T_UUID, T_INT8, T_INTERVAL, T_INT8 } },
+    [ST_RELEASE] = { 3, { T_TEXT, T_UUID, T_INT8 } },
+    [ST_INSPECT] = { 1, { T_TEXT } },
+    [ST_LIST] = { 1, { T_BYTEA } },
+    [ST_FENCE_RAISE] = { 2, { T_TEXT, T_INT8 } },
+    [ST_FENCE_MARK] = { 1, { T_TEXT } },
+    [ST_CHECK_HOLDER] = { 3, { T_TEXT, T_UUID, T_INT8 } },
+    [ST_DATA_PUT] = { 5, { T_TEXT, T_UUID, T_INT8, T_TEXT, T_BYTEA } },
+    [ST_DATA_GET] = { 1, { T_TEXT } },
+};
+
+typedef struct {
+    lease_store parent;
+    PGconn *conn;
+    char *conninfo;        /* the URL without our parameters: never print */
+    char *lease_table;     /* quoted identifiers */
+    char *fence_table;
+    char *data_table;
+    char *sql[ST_COUNT];
+    int prepared;          /* statements prepared on this connection */
+    int listening;
+    uint64_t timeout_ms;
+} pg_store;
+
+/* ---- connection and bounded calls ------------------------------------ */
+
+static void drop(pg_store *s)
+{
+    if (s->conn)
+        PQfinish(s->conn);
+    s->conn = NULL;
+    s->prepared = 0;
+    s->listening = 0;
+}
+
+/* libpq's messages may end with a newline; keep them on one line. */
+static const char *pgmsg(pg_store *s)
+{
+    static _Thread_local char buf[512];
+    size_t n;
+
+    lease__strlcpy(buf, s->conn ? PQerrorMessage(s->conn) : "not connected",
+                   sizeof(buf));
+    n = strlen(buf);
+    while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == ' '))
+        buf[--n] = '\0';
+    for (char *p = buf; *p; p++)
+        if (*p == '\n')
+            *p = ' ';
+    return buf;
+}
+
+static int fail(pg_store *s, const char *what)
+{
+    int rc = lease__seterr(LEASE_ESTORE, "postgres %s on %s: %s", what,
+                           s->parent.url_redacted ? s->parent.url_redacted : "?",
+                           pgmsg(s));
+
+    if (s->conn && PQstatus(s->conn) != CONNECTION_OK)
+        drop(s);
+    return rc;
+}
+
+/* Wait for the answer of the query just sent; NULL on failure (message set). */
+static PGresult *await(pg_store *s, const char *what, int64_t end)
+{
+    PGresult *res, *last = NULL;
+
+    for (;;) {
+        while (!PQisBusy(s->conn)) {
+            res = PQgetResult(s->conn);
+            if (res == NULL)
+                return last;
+            PQclear(last);
+            last = res;
+        }
+        {
+            int64_t left = (end - lease_clock_ns()) / 1000000;
+            struct pollfd p = { PQsocket(s->conn), POLLIN, 0 };
+            int n;
+
+            if (left <= 0) {
+                PQclear(last);
+                lease__seterr(LEASE_ESTORE,
+                              "postgres %s: no answer within %llu ms; the "
+                              "outcome is unknown", what,
+                              (unsigned long long)s->timeout_ms);
+                drop(s);
+                return NULL;
+            }
+            n = poll(&p, 1, (int)left);
+            if (n < 0 && errno != EINTR) {
+                PQclear(last);
+                fail(s, what);
+                drop(s);
+                return NULL;
+            }
+            if (n > 0 && !PQconsumeInput(s->conn)) {
+                PQclear(last);
+                fail(s, what);
+                drop(s);
+                return NULL;
+            }
+        }
+    }
+}
+
+static int set_server_timeouts(pg_store *s, int64_t end);
+
+static int prepare_all(pg_store *s, int64_t end)
+{
+    char name[16];
+    int i;
+
+    for (i = 0; i < ST_COUNT; i++) {
+        PGresult *res;
+        int ok;
+
+        snprintf(name, sizeof(name), "lease_%d", i);
+        if (!PQsendPrepare(s->conn, name, s->sql[i], params[i].n, params[i].types))
+            return fail(s, "prepare");
+        if ((res = await(s, "prepare", end)) == NULL)
+            return LEASE_ESTORE;
+        ok = PQresultStatus(res) == PGRES_COMMAND_OK;
+        if (!ok) {
+            int rc = lease__seterr(LEASE_ESTORE, "postgres prepare: %s",
+                                   PQresultErrorMessage(res));
+            PQclear(res);
+            return rc;
+        }
+        PQclear(res);
+    }
+    s->prepared = 1;
+    return 0;
+}
+
+/* Run one simple command (no parameters) and check it succeeded. */
+static int command(pg_store *s, const char *sql, const char *what, int64_t end)
+{
+    PGresult *res;
+    int rc = 0;
+
+    if (!PQsendQuery(s->conn, sql))
+        return fail(s, what);
+    if ((res = await(s, what, end)) == NULL)
+        return LEASE_ESTORE;
+    if (PQresultStatus(res) != PGRES_COMMAND_OK &&
+        PQresultStatus(res) != PGRES_TUPLES_OK)
+        rc = lease__seterr(LEASE_ESTORE, "postgres %s: %s", what,
+                           PQresultErrorMessage(res));
+    PQclear(res);
+    return rc;
+}
+
+static int set_server_timeouts(pg_store *s, int64_t end)
+{
+    const char *v[1];
+    char ms[32];
+    PGresult *res;
+    int rc = 0;
+
+    /* The server gives up on its side too; lock waits get the same bound
+     * as a whole statement. */
+    snprintf(ms, sizeof(ms), "%llu", (unsigned long long)s->timeout_ms);
+    v[0] = ms;
+    if (!PQsendQueryParams(s->conn,
+                           "SELECT set_config('statement_timeout', $1, false), "
+                           "set_config('lock_timeout', $1, false)",
+                           1, NULL, v, NULL, NULL, 0))
+        return fail(s, "set timeouts");
+    if ((res = await(s, "set timeouts", end)) == NULL)
+        return LEASE_ESTORE;
+    if (PQresultStatus(res) != PGRES_TUPLES_OK)
+        rc = lease__seterr(LEASE_ESTORE, "postgres set timeouts: %s",
+                           PQresultErrorMessage(res));
+    PQclear(res);
+    return rc;
+}
+
+static void ignore_notice(void *arg, const char *message)
+{
+    (void)arg;
+    (void)message;
+}
+
+/* Connect if needed (bounded by connect_timeout), and prepare. */
+static int ensure(pg_store *s, int64_t end)
+{
+    int rc;
+
+    if (s->conn && PQstatus(s->conn) == CONNECTION_OK && s->prepared)
+        return 0;
+    if (s->conn == NULL || PQstatus(s->conn) != CONNECTION_OK) {
+        const char *keys[] = { "dbname", "connect_timeout", "application_name",
+                               NULL };
+        char ct[24];
+        const char *vals[4];
+
+        drop(s);
+        /* connect_timeout is in whole seconds; libpq takes 1 as 2. */
+        snprintf(ct, sizeof(ct), "%llu",
+                 (unsigned long long)(s->timeout_ms + 999) / 1000 < 2
+                     ? 2ULL : (unsigned long long)(s->timeout_ms + 999) / 1000);
+        vals[0] = s->conninfo;
+        vals[1] = strstr(s->conninfo, "connect_timeout=") ? NULL : ct;
+        vals[2] = "lease";
+        vals[3] = NULL;
+        if (vals[1] == NULL) {
+            keys[1] = "application_name";
+            keys[2] = NULL;
+            vals[1] = "lease";
+        }
+        s->conn = PQconnectdbParams(keys, vals, 1);
+        if (s->conn == NULL)
+            return lease__seterr(LEASE_ENOMEM, "out of memory");
+        if (PQstatus(s->conn) != CONNECTION_OK) {
+            rc = lease__seterr(LEASE_ESTORE, "cannot connect to postgres %s: %s",
+                               s->parent.url_redacted ? s->parent.url_redacted
+                                                      : "",
+                               pgmsg(s));
+            drop(s);
+            return rc;
+        }
+        /* Server notices ("relation already exists, skipping") are not
+         * errors; libpq would print them on stderr. */
+        PQsetNoticeProcessor(s->conn, ignore_notice, NULL);
+        if ((rc = set_server_timeouts(s, end)) < 0)
+            return rc;
+    }
+    if (s->sql[0] == NULL)
+        return 0;
+    return prepare_all(s, end);
+}
+
+static int64_t call_end(pg_store *s)
+{
+    return lease_clock_ns() + (int64_t)s->timeout_ms * 1000000;
+}
+
+/*
+ * Execute prepared statement `which` with text parameters; on success
+ * *out is the result (PGRES_TUPLES_OK or COMMAND_OK) for the caller to
+ * PQclear. A failed statement is LEASE_ESTORE; the connection is kept if
+ * it is still sound.
+ */
+static int exec_prepared(PGresult **out, pg_store *s, int which,
+                         const char *const *vals, const int *lens,
+                         const int *fmts, const char *what)
+{
+    int64_t end = call_end(s);
+    char name[16];
+    PGresult *res;
+    int rc;
+
+    *out = NULL;
+    if ((rc = ensure(s, end)) < 0)
+        return rc;
+    snprintf(name, sizeof(name), "lease_%d", which);
+    if (!PQsendQueryPrepared(s->conn, name, params[which].n, vals, lens, fmts, 0))
+        return fail(s, what);
+    if ((res = await(s, what, end)) == NULL)
+        return LEASE_ESTORE;
+    if (PQresultStatus(res) != PGRES_TUPLES_OK &&
+        PQresultStatus(res) != PGRES_COMMAND_OK) {
+        const char *state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+        rc = lease__seterr(LEASE_ESTORE, "postgres %s: %s%s%s", what,
+                           PQresultErrorMessage(res), state ? " SQLSTATE " : "",
+                           state ? state : "");
+        PQclear(res);
+        if (PQstatus(s->conn) != CONNECTION_OK)
+            drop(s);
+        return rc;
+    }
+    *out = res;
+    return 0;
+}
+
+/* ---- opening: URL, identifiers, schema -------------------------------- */
+
+static int is_ours(const char *name)
+{
+    return strcmp(name, "lease_table") == 0 || strcmp(name, "fence_table") == 0 ||
+           strcmp(name, "data_table") == 0;
+}
+
+/* The URL without our own parameters, for libpq. */
+static char *strip_params(const char *url)
+{
+    const char *q = strchr(url, '?'), *p;
+    char *out;
+    size_t len = 0;
+    int first = 1;
+
+    if (q == NULL)
+        return strdup(url);
+    out = malloc(strlen(url) + 1);
+    if (out == NULL)
+        return NULL;
+    memcpy(out, url, (size_t)(q - url));
+    len = (size_t)(q - url);
+    for (p = q + 1; *p;) {
+        size_t n = strcspn(p, "&");
+        size_t nl = strcspn(p, "=&");
+        char name[32];
+
+        if (nl < sizeof(name)) {
+            memcpy(name, p, nl);
+            name[nl] = '\0';
+        } else {
+            name[0] = '\0';
+        }
+        if (n > 0 && !is_ours(name)) {
+            out[len++] = first ? '?' : '&';
+            memcpy(out + len, p, n);
+            len += n;
+            first = 0;
+        }
+        p += n;
+        if (*p == '&')
+            p++;
+    }
+    out[len] = '\0';
+    return out;
+}
+
+/* Quote "schema.table" or "table" as identifiers; names are checked to be
+ * plain identifiers so a URL cannot smuggle SQL in. */
+static int quote_table(char **out, PGconn *conn, const char *name)
+{
+    char part[64], *a = NULL, *b = NULL;
+    const char *dot = strchr(name, '.');
+    size_t i;
+
+    for (i = 0; name[i]; i++) {
+        char c = name[i];
+        if (!((c >= 'a' && c <= 'z') || c == '_' || c == '.' ||
+              (i > 0 && c >= '0' && c <= '9')))
+            return lease__seterr(LEASE_EINVALID,
+                                 "table name '%.64s' must be lower-case letters, "
+                                 "digits and '_' (optionally schema.table)", name);
+    }
+    if (i == 0 || i > 127 || (dot && strchr(dot + 1, '.')) || name[0] == '.' ||
+        name[i - 1] == '.')
+        return lease__seterr(LEASE_EINVALID, "bad table name '%.64s'", name);
+    if (dot) {
+        if ((size_t)(dot - name) >= sizeof(part) || strlen(dot + 1) >= sizeof(part))
+            return lease__seterr(LEASE_EINVALID, "table name is too long");
+        memcpy(part, name, (size_t)(dot - name));
+        part[dot - name] = '\0';
+        a = PQescapeIdentifier(conn, part, strlen(part));
+        b = PQescapeIdentifier(conn, dot + 1, strlen(dot + 1));
+        if (a && b && (*out = malloc(strlen(a) + strlen(b) + 2)) != NULL)
+            sprintf(*out, "%s.%s", a, b);
+        else
+            *out = NULL;
+        PQfreemem(a);
+        PQfreemem(b);
+    } else {
+        if (strlen(name) >= sizeof(part))
+            return lease__seterr(LEASE_EINVALID, "table name is too long");
+        a = PQescapeIdentifier(conn, name, strlen(name));
+        *out = a ? strdup(a) : NULL;
+        PQfreemem(a);
+    }
+    return *out ? 0 : lease__seterr(LEASE_ENOMEM, "out of memory");
+}
+
+static char *fmt(const char *f, ...) __attribute__((format(printf, 1, 2)));
+
+static char *fmt(const char *f, ...)
+{
+    va_list ap;
+    char *out = NULL;
+
+    va_start(ap, f);
+    if (vasprintf(&out, f, ap) < 0)
+        out = NULL;
+    va_end(ap);
+    return out;
+}
+
+/* The time left on the store's clock, in ms, 0 once past (and for the
+ * chapter's '-infinity' of a released row). */
+#define REMAINING(t) \
+    "CASE WHEN " t ".lease_until > clock_timestamp() THEN " \
+    "ceil(EXTRACT(EPOCH FROM " t ".lease_until - clock_timestamp()) * 1000)::bigint " \
+    "ELSE 0 END"
+#define ALIVE(t) "(" t ".owner_id IS NOT NULL AND " t ".lease_until > clock_timestamp())"
+
+static int build_sql(pg_store *s, int has_label, int has_ttl)
+{
+    const char *L = s->lease_table, *F = s->fence_table, *D = s->data_table;
+    const char *label = has_label ? "l.holder_label" : "NULL::text";
+    const char *ttl = has_ttl ? "l.lease_ttl_ms" : "NULL::bigint";
+    int i;
+
+    /* The chapter's upsert. One change: the owner that already holds the
+     * unexpired lease may acquire again (a retry whose answer was lost)
+     * and keeps its token, with a new expiry. */
+    s->sql[ST_ACQUIRE] = fmt(
+        "INSERT INTO %s AS l (resource_key, owner_id, lease_until, fencing_token%s%s) "
+        "VALUES ($1, $2::uuid, clock_timestamp() + $3::interval, 1%s%s) "
+        "ON CONFLICT (resource_key) DO UPDATE "
+        "SET owner_id = EXCLUDED.owner_id, "
+        "lease_until = clock_timestamp() + $3::interval, "
+        "fencing_token = CASE WHEN l.owner_id = EXCLUDED.owner_id "
+        "AND l.lease_until > clock_timestamp() THEN l.fencing_token "
+        "ELSE l.fencing_token + 1 END%s%s "
+        "WHERE l.lease_until <= clock_timestamp() OR l.owner_id = EXCLUDED.owner_id "
+        "RETURNING l.fencing_token",
+        L, has_label ? ", holder_label" : "", has_ttl ? ", lease_ttl_ms" : "",
+        has_label ? ", NULLIF($4, '')" : "", has_ttl ? ", $5::bigint" : "",
+        has_label ? ", holder_label = EXCLUDED.holder_label" : "",
+        has_ttl ? ", lease_ttl_ms = EXCLUDED.lease_ttl_ms" : "");
+    s->sql[ST_HOLDER] = fmt(
+        "SELECT l.owner_id::text, %s, l.fencing_token, " REMAINING("l") ", %s "
+        "FROM %s l WHERE l.resource_key = $1 AND " ALIVE("l"),
+        label, ttl, L);
+    s->sql[ST_RENEW] = fmt(
+        "UPDATE %s AS l SET lease_until = clock_timestamp() + $4::interval%s "
+        "WHERE l.resource_key = $1 AND l.owner_id = $2::uuid "
+        "AND l.fencing_token = $3 AND l.lease_until > clock_timestamp() "
+        "RETURNING l.lease_until",
+        L, has_ttl ? ", lease_ttl_ms = $5::bigint" : "");
+    /* The chapter's release, and a notification for waiters in the same
+     * round trip (sent on commit, so only for a release that happened). */
+    s->sql[ST_RELEASE] = fmt(
+        "WITH r AS (UPDATE %s SET owner_id = NULL, "
+        "lease_until = '-infinity'::timestamptz "
+        "WHERE resource_key = $1 AND owner_id = $2::uuid AND fencing_token = $3 "
+        "RETURNING resource_key) "
+        "SELECT pg_notify('" NOTIFY_CHANNEL "', resource_key) FROM r",
+        L);
+    s->sql[ST_INSPECT] = fmt(
+        "SELECT l.resource_key, l.owner_id::text, %s, l.fencing_token, "
+        REMAINING("l") ", %s, " ALIVE("l") " "
+        "FROM %s l WHERE l.resource_key = $1",
+        label, ttl, L);
+    /* Prefixes compare bytes (no LIKE: keys may hold '%%' and '_'). */
+    s->sql[ST_LIST] = fmt(
+        "SELECT l.resource_key, l.owner_id::text, %s, l.fencing_token, "
+        REMAINING("l") ", %s, " ALIVE("l") " "
+        "FROM %s l WHERE substring(convert_to(l.resource_key, 'UTF8') FROM 1 "
+        "FOR length($1::bytea)) = $1::bytea "
+        "OR left(l.resource_key, 1) = chr(65535)",
+        label, ttl, L);
+    s->sql[ST_FENCE_RAISE] = fmt(
+        "INSERT INTO %s AS f (resource, mark) VALUES ($1, $2) "
+        "ON CONFLICT (resource) DO UPDATE SET mark = EXCLUDED.mark "
+        "WHERE f.mark <= EXCLUDED.mark RETURNING f.mark",
+        F);
+    s->sql[ST_FENCE_MARK] = fmt("SELECT mark FROM %s WHERE resource = $1", F);
+    /* The chapter's guarded-transaction check: exactly one row, locked. */
+    s->sql[ST_CHECK_HOLDER] = fmt(
+        "SELECT 1 FROM %s WHERE resource_key = $1 AND owner_id = $2::uuid "
+        "AND fencing_token = $3 AND lease_until > clock_timestamp() FOR UPDATE",
+        L);
+    s->sql[ST_DATA_PUT] = fmt(
+        "WITH holder AS (SELECT 1 FROM %s WHERE resource_key = $1 "
+        "AND owner_id = $2::uuid AND fencing_token = $3 "
+        "AND lease_until > clock_timestamp() FOR UPDATE) "
+        "INSERT INTO %s AS d (name, value, token, resource_key) "
+        "SELECT $4, $5::bytea, $3, $1 FROM holder "
+        "ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value, "
+        "token = EXCLUDED.token, resource_key = EXCLUDED.resource_key "
+        "RETURNING 1",
+        L, D);
+    s->sql[ST_DATA_GET] = fmt("SELECT value, token FROM %s WHERE name = $1", D);
+    for (i = 0; i < ST_COUNT; i++)
+        if (s->sql[i] == NULL)
+            return lease__seterr(LEASE_ENOMEM, "out of memory");
+    return 0;
+}
+
+/*
+ * Create what is missing, under a transaction-level advisory lock so that
+ * many processes opening a fresh database at once do not race on CREATE.
+ * Then see which optional columns the lease table has.
+ */
+static int setup_schema(pg_store *s, int *has_label, int *has_ttl)
+{
+    int64_t end = call_end(s);
+    char *ddl, lock[96];
+    const char *v[1], *v3[3];
+    PGresult *res;
+    int rc, exists;
+
+    snprintf(lock, sizeof(lock), "SELECT pg_advisory_xact_lock(%lld)",
+             (long long)lease_advisory_key("lease schema"));
+    ddl = fmt("CREATE TABLE IF NOT EXISTS %s ("
+              " resource_key text PRIMARY KEY,"
+              " owner_id uuid,"
+              " lease_until timestamptz NOT NULL DEFAULT '-infinity'::timestamptz,"
+              " fencing_token bigint NOT NULL DEFAULT 0 CHECK (fencing_token >= 0),"
+              " holder_label text,"
+              " lease_ttl_ms bigint);"
+              "CREATE TABLE IF NOT EXISTS %s ("
+              " resource text PRIMARY KEY,"
+              " mark bigint NOT NULL CHECK (mark >= 0));"
+              "CREATE TABLE IF NOT EXISTS %s ("
+              " name text PRIMARY KEY,"
+              " value bytea NOT NULL,"
+              " token bigint NOT NULL,"
+              " resource_key text NOT NULL);",
+              s->lease_table, s->fence_table, s->data_table);
+    if (ddl == NULL)
+        return lease__seterr(LEASE_ENOMEM, "out of memory");
+    /* Existing tables are used as they are: no DDL, so a role without
+     * CREATE rights works on a database prepared by someone else. */
+    v3[0] = s->lease_table;
+    v3[1] = s->fence_table;
+    v3[2] = s->data_table;
+    if (!PQsendQueryParams(s->conn,
+                           "SELECT to_regclass($1) IS NOT NULL AND "
+                           "to_regclass($2) IS NOT NULL AND to_regclass($3) IS NOT NULL",
+                           3, NULL, v3, NULL, NULL, 0)) {
+        free(ddl);
+        return fail(s, "look for tables");
+    }
+    if ((res = await(s, "look for tables", end)) == NULL) {
+        free(ddl);
+        return LEASE_ESTORE;
+    }
+    exists = PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1 &&
+             PQgetvalue(res, 0, 0)[0] == 't';
+    PQclear(res);
+    if (!exists && ((rc = command(s, "BEGIN", "create schema", end)) < 0 ||
+        (rc = command(s, lock, "create schema", end)) < 0 ||
+        (rc = command(s, ddl, "create schema", end)) < 0 ||
+        (rc = command(s, "COMMIT", "create schema", end)) < 0)) {
+        free(ddl);
+        if (s->conn)
+            command(s, "ROLLBACK", "rollback", end);
+        return rc;
+    }
+    free(ddl);
+
+    v[0] = s->lease_table;
+    if (!PQsendQueryParams(s->conn,
+                           "SELECT coalesce(bool_or(attname = 'holder_label'), false), "
+                           "coalesce(bool_or(attname = 'lease_ttl_ms'), false) "
+                           "FROM pg_attribute WHERE attrelid = $1::regclass "
+                           "AND NOT attisdropped",
+                           1, NULL, v, NULL, NULL, 0))
+        return fail(s, "read table columns");
+    if ((res = await(s, "read table columns", end)) == NULL)
+        return LEASE_ESTORE;
+    if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1) {
+        rc = lease__seterr(LEASE_ESTORE, "postgres read table columns: %s",
+                           PQresultErrorMessage(res));
+        PQclear(res);
+        return rc;
+    }
+    *has_label = PQgetvalue(res, 0, 0)[0] == 't';
+    *has_ttl = PQgetvalue(res, 0, 1)[0] == 't';
+    PQclear(res);
+    return 0;
+}
+
+static void pg_close(lease_store *base)
+{
+    pg_store *s = (pg_store *)base;
+    int i;
+
+    drop(s);
+    if (s->conninfo) {
+        memset(s->conninfo, 0, strlen(s->conninfo)); /* may hold a password */
+        free(s->conninfo);
+    }
+    free(s->lease_table);
+    free(s->fence_table);
+    free(s->data_table);
+    for (i = 0; i < ST_COUNT; i++)
+        free(s->sql[i]);
+    free(s);
+}
+
+static int pg_open(lease_store **out, const char *url, uint64_t timeout_ms)
+{
+    const char *lt, *ft, *dt;
+    int has_label = 0, has_ttl = 0, rc;
+    lease__url u;
+    pg_store *s;
+
+    if ((rc = lease__url_parse(&u, url)) < 0)
+        return rc;
+    if ((s = calloc(1, sizeof(*s))) == NULL) {
+        lease__url_free(&u);
+        return lease__seterr(LEASE_ENOMEM, "out of memory");
+    }
+    /* Errors below name the URL; the core fills url_redacted only after
+     * open, so keep a redacted copy for now. */
+    s->parent.url_redacted = lease__url_redact(url);
+    s->timeout_ms = timeout_ms;
+    lt = lease__url_param(&u, "lease_table");
+    ft = lease__url_param(&u, "fence_table");
+    dt = lease__url_param(&u, "data_table");
+    s->conninfo = strip_params(url);
+    if (s->conninfo == NULL || s->parent.url_redacted == NULL) {
+        rc = lease__seterr(LEASE_ENOMEM, "out of memory");
+        goto fail;
+    }
+    /* The first connect prepares nothing: the statements are built from
+     * the table names, which need the connection to be quoted. */
+    if ((rc = ensure(s, call_end(s))) < 0)
+        goto fail;
+    if ((rc = quote_table(&s->lease_table, s->conn, lt ? lt : "coordination_lease")) < 0 ||
+        (rc = quote_table(&s->fence_table, s->conn, ft ? ft : "lease_fence")) < 0 ||
+        (rc = quote_table(&s->data_table, s->conn, dt ? dt : "lease_data")) < 0 ||
+        (rc = setup_schema(s, &has_label, &has_ttl)) < 0 ||
+        (rc = build_sql(s, has_label, has_ttl)) < 0 ||
+        (rc = prepare_all(s, call_end(s))) < 0)
+        goto fail;
+    lease__url_free(&u);
+    free(s->parent.url_redacted);
+    s->parent.url_redacted = NULL;
+    *out = &s->parent;
+    return 0;
+fail:
+    lease__url_free(&u);
+    free(s->parent.url_redacted);
+    s->parent.url_redacted = NULL;
+    pg_close(&s->parent);
+    return rc;
+}
+
+/* ---- names: bytes in, UTF-8 text in the table ------------------------ */
+
+/*
+ * Keys, labels and resource names are bytes (1..255, no NUL), while a
+ * PostgreSQL text column holds only valid UTF-8. A name that is valid UTF-8
+ * is stored as it is, so rows written by the chapter's own SQL and by
+ * lease interoperate. Any other name (or one that starts with U+FFFF) is
+ * stored as U+FFFF followed by its bytes in hex: still text, never equal to
+ * a name stored as it is, and read back exactly.
+ */
+#define ESC "\xef\xbf\xbf" /* U+FFFF, a noncharacter */
+#define ESC_LEN 3
+#define ENC_SIZE (ESC_LEN + 2 * LEASE_LABEL_MAX + 1)
+
+static int utf8_valid(const unsigned char *p)
+{
+    while (*p) {
+        unsigned c = *p, n, i;
+        uint32_t cp;
+
+        if (c < 0x80) {
+            p++;
+            continue;
+        }
+        if (c >= 0xc2 && c <= 0xdf) {
+            n = 1;
+            cp = c & 0x1f;
+        } else if (c >= 0xe0 && c <= 0xef) {
+            n = 2;
+            cp = c & 0x0f;
+        } else if (c >= 0xf0 && c <= 0xf4) {
+            n = 3;
+            cp = c & 0x07;
+        } else {
+            return 0;
+        }
+        for (i = 1; i <= n; i++) {
+            if ((p[i] & 0xc0) != 0x80)
+                return 0;
+            cp = (cp << 6) | (p[i] & 0x3f);
+        }
+        if ((n == 2 && cp < 0x800) || (n == 3 && cp < 0x10000) ||
+            cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
+            return 0;
+        p += n + 1;
+    }
+    return 1;
+}
+
+static const char *enc(char out[ENC_SIZE], const char *name)
+{
+    static const char hex[] = "0123456789abcdef";
+    size_t i, n = strlen(name);
+    char *o = out;
+
+    if (utf8_valid((const unsigned char *)name) && strncmp(name, ESC, ESC_LEN) != 0)
+        return name;
+    if (n > LEASE_LABEL_MAX)
+        n = LEASE_LABEL_MAX;
+    memcpy(o, ESC, ESC_LEN);
+    o += ESC_LEN;
+    for (i = 0; i < n; i++) {
+        *o++ = hex[(unsigned char)name[i] >> 4];
+        *o++ = hex[(unsigned char)name[i] & 15];
+    }
+    *o = '\0';
+    return out;
+}
+
+static int hexval(char c)
+{
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+}
+
+static void dec(char *out, size_t size, const char *stored)
+{
+    size_t n = 0;
+
+    if (strncmp(stored, ESC, ESC_LEN) != 0) {
+        lease__strlcpy(out, stored, size);
+        return;
+    }
+    for (stored += ESC_LEN; stored[0] && stored[1] && n + 1 < size; stored += 2) {
+        int h = hexval(stored[0]), l = hexval(stored[1]);
+        if (h < 0 || l < 0 || (h == 0 && l == 0))
+            break;
+        out[n++] = (char)(h * 16 + l);
+    }
+    out[n] = '\0';
+}
+
+/* ---- the operations --------------------------------------------------- */
+
+static void ttl_text(char *buf, size_t size, uint64_t ttl_ms)
+{
+    snprintf(buf, size, "%llu milliseconds", (unsigned long long)ttl_ms);
+}
+
+static void u64_text(char *buf, size_t size, uint64_t v)
+{
+    snprintf(buf, size, "%llu", (unsigned long long)v);
+}
+
+static uint64_t val_u64(const PGresult *res, int row, int col)
+{
+    const char *v = PQgetvalue(res, row, col);
+
+    return (v && *v && *v != '-') ? strtoull(v, NULL, 10) : 0;
+}
+
+/* A name column, decoded back to the bytes it stands for. */
+static void val_text(char *dst, size_t size, const PGresult *res, int row, int col)
+{
+    dec(dst, size, PQgetisnull(res, row, col) ? "" : PQgetvalue(res, row, col));
+}
+
+/* Columns: key, owner, label, token, remaining, ttl, alive. */
+static void row_info(lease_info *out, const PGresult *res, int row)
+{
+    memset(out, 0, sizeof(*out));
+    val_text(out->key, sizeof(out->key), res, row, 0);
+    val_text(out->owner, sizeof(out->owner), res, row, 1);
+    val_text(out->label, sizeof(out->label), res, row, 2);
+    out->token = val_u64(res, row, 3);
+    out->held = PQgetvalue(res, row, 6)[0] == 't';
+    out->remaining_ms = out->held ? val_u64(res, row, 4) : 0;
+    out->ttl_ms = out->held ? val_u64(res, row, 5) : 0;
+}
+
+static int unlisten(pg_store *s)
+{
+    int rc = 0;
+
+    if (s->listening && s->conn) {
+        rc = command(s, "UNLISTEN " NOTIFY_CHANNEL, "unlisten", call_end(s));
+        s->listening = 0;
+    }
+    return rc;
+}
+
+static int pg_acquire(lease_grant *out, lease_info *holder, lease_store *base,
+                      const lease_request *req)
+{
+    pg_store *s = (pg_store *)base;
+    char ttl[48], ttl_ms[24], ek[ENC_SIZE], el[ENC_SIZE];
+    const char *v[5];
+    PGresult *res;
+    int rc;
+
+    ttl_text(ttl, sizeof(ttl), req->ttl_ms);
+    u64_text(ttl_ms, sizeof(ttl_ms), req->ttl_ms);
+    v[0] = enc(ek, req->key);
+    v[1] = req->owner;
+    v[2] = ttl;
+    v[3] = enc(el, req->label);
+    v[4] = ttl_ms;
+    if ((rc = exec_prepared(&res, s, ST_ACQUIRE, v, NULL, NULL, "acquire")) < 0)
+        return rc;
+    if (PQntuples(res) == 1) {
+        out->token = val_u64(res, 0, 0);
+        out->ttl_ms = req->ttl_ms;
+        PQclear(res);
+        /* A waiter that got the lease stops listening: an idle listener
+         * would pile notifications up on its socket. */
+        unlisten(s);
+        return 0;
+    }
+    PQclear(res);
+    /* Busy: one more round trip, only on this path, to say who holds it. */
+    if ((rc = exec_prepared(&res, s, ST_HOLDER, v, NULL, NULL, "acquire")) < 0)
+        return rc;
+    memset(holder, 0, sizeof(*holder));
+    lease__strlcpy(holder->key, req->key, sizeof(holder->key));
+    if (PQntuples(res) == 1) {
+        val_text(holder->owner, sizeof(holder->owner), res, 0, 0);
+        val_text(holder->label, sizeof(holder->label), res, 0, 1);
+        holder->token = val_u64(res, 0, 2);
+        holder->remaining_ms = val_u64(res, 0, 3);
+        holder->ttl_ms = val_u64(res, 0, 4);
+        holder->held = 1;
+    }
+    /* With no row the lease ended between the two statements: still
+     * busy for this attempt; the caller's next try will get it. */
+    PQclear(res);
+    return LEASE_EBUSY;
+}
+
+static int pg_renew(uint64_t *granted_ms, lease_store *base, const char *key,
+                    const char *owner, uint64_t token, uint64_t ttl_ms)
+{
+    pg_store *s = (pg_store *)base;
+    char tok[24], ttl[48], ms[24], ek[ENC_SIZE];
+    const char *v[5] = { enc(ek, key), owner, tok, ttl, ms };
+    PGresult *res;
+    int rc, n;
+
+    u64_text(tok, sizeof(tok), token);
+    ttl_text(ttl, sizeof(ttl), ttl_ms);
+    u64_text(ms, sizeof(ms), ttl_ms);
+    if ((rc = exec_prepared(&res, s, ST_RENEW, v, NULL, NULL, "renew")) < 0)
+        return rc;
+    n = PQntuples(res);
+    PQclear(res);
+    if (n != 1)
+        return lease__seterr(LEASE_ELOST,
+                             "renew '%s': token %llu of this owner is no longer "
+                             "the unexpired lease", key, (unsigned long long)token);
+    *granted_ms = ttl_ms;
+    return 0;
+}
+
+static int pg_release(lease_store *base, const char *key, const char *owner,
+                      uint64_t token)
+{
+    pg_store *s = (pg_store *)base;
+    char tok[24], ek[ENC_SIZE];
+    const char *v[3] = { enc(ek, key), owner, tok };
+    PGresult *res;
+    int rc, n;
+
+    u64_text(tok, sizeof(tok), token);
+    if ((rc = exec_prepared(&res, s, ST_RELEASE, v, NULL, NULL, "release")) < 0)
+        return rc;
+    n = PQntuples(res);
+    PQclear(res);
+    if (n != 1)
+        return lease__seterr(LEASE_ELOST,
+                             "release '%s': this owner does not hold token %llu",
+                             key, (unsigned long long)token);
+    return 0;
+}
+
+static int pg_inspect(lease_info *out, lease_store *base, const char *key)
+{
+    pg_store *s = (pg_store *)base;
+    char ek[ENC_SIZE];
+    const char *v[1] = { enc(ek, key) };
+    PGresult *res;
+    int rc;
+
+    if ((rc = exec_prepared(&res, s, ST_INSPECT, v, NULL, NULL, "inspect")) < 0)
+        return rc;
+    if (PQntuples(res) != 1) {
+        PQclear(res);
+        return lease__seterr(LEASE_ENOTFOUND, "'%s' was never acquired", key);
+    }
+    row_info(out, res, 0);
+    PQclear(res);
+    return 0;
+}
+
+static int cmp_info(const void *a, const void *b)
+{
+    return strcmp(((const lease_info *)a)->key, ((const lease_info *)b)->key);
+}
+
+static int pg_list(lease_store *base, const char *prefix, lease_list_cb cb,
+                   void *payload)
+{
+    pg_store *s = (pg_store *)base;
+    const char *v[1] = { prefix };
+    int len[1] = { (int)strlen(prefix) }, fmt1[1] = { 1 };
+    size_t plen = strlen(prefix), kept = 0;
+    lease_info *infos;
+    PGresult *res;
+    int rc = 0, i, n;
+
+    if ((rc = exec_prepared(&res, s, ST_LIST, v, len, fmt1, "list")) < 0)
+        return rc;
+    n = PQntuples(res);
+    if ((infos = malloc(((size_t)n + 1) * sizeof(*infos))) == NULL) {
+        PQclear(res);
+        return lease__seterr(LEASE_ENOMEM, "out of memory");
+    }
+    /* Escaped names all come back (they cannot be matched in SQL): keep
+     * those with the prefix, and sort by bytes as every store does. */
+    for (i = 0; i < n; i++) {
+        row_info(&infos[kept], res, i);
+        if (strncmp(infos[kept].key, prefix, plen) == 0)
+            kept++;
+    }
+    PQclear(res);
+    qsort(infos, kept, sizeof(*infos), cmp_info);
+    for (size_t k = 0; k < kept && rc == 0; k++)
+        rc = cb(&infos[k], payload);
+    free(infos);
+    return rc;
+}
+
+static int read_mark(uint64_t *mark, pg_store *s, const char *resource)
+{
+    char er[ENC_SIZE];
+    const char *v[1] = { enc(er, resource) };
+    PGresult *res;
+    int rc;
+
+    if ((rc = exec_prepared(&res, s, ST_FENCE_MARK, v, NULL, NULL, "read mark")) < 0)
+        return rc;
+    if (PQntuples(res) != 1) {
+        PQclear(res);
+        return lease__seterr(LEASE_ENOTFOUND, "'%s' has no fencing mark", resource);
+    }
+    *mark = val_u64(res, 0, 0);
+    PQclear(res);
+    return 0;
+}
+
+static int pg_fence_advance(uint64_t *mark, lease_store *base,
+                            const char *resource, uint64_t token)
+{
+    pg_store *s = (pg_store *)base;
+    char tok[24], er[ENC_SIZE];
+    const char *v[2] = { enc(er, resource), tok };
+    PGresult *res;
+    int rc;
+
+    u64_text(tok, sizeof(tok), token);
+    if ((rc = exec_prepared(&res, s, ST_FENCE_RAISE, v, NULL, NULL, "fence")) < 0)
+        return rc;
+    if (PQntuples(res) == 1) {
+        *mark = val_u64(res, 0, 0);
+        PQclear(res);
+        return 0;
+    }
+    PQclear(res);
+    /* Refused by the upsert's WHERE: the mark is above the token. Marks
+     * only grow, so what we read now is at least that mark. */
+    rc = read_mark(mark, s, resource);
+    return rc < 0 ? rc : LEASE_ESTALE;
+}
+
+static int pg_fence_mark(uint64_t *mark, lease_store *base, const char *resource)
+{
+    return read_mark(mark, (pg_store *)base, resource);
+}
+
+static int pg_guarded_put(lease_store *base, const char *key, const char *owner,
+                          uint64_t token, const char *name, const void *value,
+                          size_t len)
+{
+    pg_store *s = (pg_store *)base;
+    char tok[24], ek[ENC_SIZE], en[ENC_SIZE];
+    const char *v[5] = { enc(ek, key), owner, tok, enc(en, name), value };
+    int lens[5] = { 0, 0, 0, 0, (int)len }, fmts[5] = { 0, 0, 0, 0, 1 };
+    PGresult *res;
+    int rc, n;
+
+    if (len > 64u * 1024 * 1024)
+        return lease__seterr(LEASE_EINVALID, "value too large");
+    u64_text(tok, sizeof(tok), token);
+    if ((rc = exec_prepared(&res, s, ST_DATA_PUT, v, lens, fmts, "guarded put")) < 0)
+        return rc;
+    n = PQntuples(res);
+    PQclear(res);
+    if (n != 1)
+        return lease__seterr(LEASE_ELOST,
+                             "'%s': token %llu of this owner is no longer the "
+                             "unexpired lease; nothing was written",
+                             key, (unsigned long long)token);
+    return 0;
+}
+
+static int pg_data_get(void **value, size_t *len, uint64_t *token,
+                       lease_store *base, const char *name)
+{
+    pg_store *s = (pg_store *)base;
+    char en[ENC_SIZE];
+    const char *v[1] = { enc(en, name) };
+    unsigned char *raw;
+    size_t n;
+    PGresult *res;
+    int rc;
+    char *copy;
+
+    if ((rc = exec_prepared(&res, s, ST_DATA_GET, v, NULL, NULL, "read data")) < 0)
+        return rc;
+    if (PQntuples(res) != 1) {
+        PQclear(res);
+        return lease__seterr(LEASE_ENOTFOUND, "no data named '%s'", name);
+    }
+    raw = PQunescapeBytea((const unsigned char *)PQgetvalue(res, 0, 0), &n);
+    if (token)
+        *token = val_u64(res, 0, 1);
+    PQclear(res);
+    if (raw == NULL || (copy = malloc(n + 1)) == NULL) {
+        PQfreemem(raw);
+        return lease__seterr(LEASE_ENOMEM, "out of memory");
+    }
+    memcpy(copy, raw, n);
+    copy[n] = '\0';
+    PQfreemem(raw);
+    *value = copy;
+    *len = n;
+    return 0;
+}
+
+/* Finish a transaction the caller's callback ran in. */
+static int finish_txn(pg_store *s, int cbrc, int64_t end)
+{
+    PGresult *res;
+    int rc;
+
+    if (cbrc != 0) {
+        command(s, "ROLLBACK", "rollback", end);
+        return cbrc;
+    }
+    if (PQtransactionStatus(s->conn) != PQTRANS_INTRANS) {
+        command(s, "ROLLBACK", "rollback", end);
+        return lease__seterr(LEASE_ESTORE,
+                             "the transaction failed inside the callback; "
+                             "nothing was committed");
+    }
+    if (!PQsendQuery(s->conn, "COMMIT"))
+        return fail(s, "commit");
+    if ((res = await(s, "commit", end)) == NULL)
+        return LEASE_ESTORE;
+    /* A COMMIT of a failed transaction answers ROLLBACK: not a success. */
+    rc = PQresultStatus(res) == PGRES_COMMAND_OK &&
+                 strcmp(PQcmdStatus(res), "COMMIT") == 0
+             ? 0
+             : lease__seterr(LEASE_ESTORE, "postgres commit: %s",
+                             PQresultErrorMessage(res));
+    PQclear(res);
+    return rc;
+}
+
+static int pg_guarded_txn(lease_store *base, const char *key, const char *owner,
+                          uint64_t token, int (*cb)(void *native, void *payload),
+                          void *payload)
+{
+    pg_store *s = (pg_store *)base;
+    int64_t end = call_end(s);
+    char tok[24], ek[ENC_SIZE];
+    const char *v[3] = { enc(ek, key), owner, tok };
+    PGresult *res;
+    int rc, n;
+
+    u64_text(tok, sizeof(tok), token);
+    if ((rc = ensure(s, end)) < 0 || (rc = command(s, "BEGIN", "begin", end)) < 0)
+        return rc;
+    /* The chapter's pattern: lock and validate the lease row, exactly one
+     * row, under the bounded lock_timeout and statement_timeout. */
+    if ((rc = exec_prepared(&res, s, ST_CHECK_HOLDER, v, NULL, NULL,
+                            "guarded transaction")) < 0) {
+        if (s->conn)
+            command(s, "ROLLBACK", "rollback", end);
+        return rc;
+    }
+    n = PQntuples(res);
+    PQclear(res);
+    if (n != 1) {
+        command(s, "ROLLBACK", "rollback", end);
+        return lease__seterr(LEASE_ELOST,
+                             "'%s': token %llu of this owner is no longer the "
+                             "unexpired lease; nothing was run", key,
+                             (unsigned long long)token);
+    }
+    return finish_txn(s, cb(s->conn, payload), end);
+}
+
+static int pg_advisory_txn(lease_store *base, int64_t lock_key, int try_only,
+                           int (*cb)(void *native, void *payload), void *payload)
+{
+    pg_store *s = (pg_store *)base;
+    int64_t end = call_end(s);
+    char k[24];
+    const char *v[1] = { k };
+    PGresult *res;
+    int rc;
+
+    snprintf(k, sizeof(k), "%lld", (long long)lock_key);
+    if ((rc = ensure(s, end)) < 0 || (rc = command(s, "BEGIN", "begin", end)) < 0)
+        return rc;
+    if (!PQsendQueryParams(s->conn,
+                           try_only ? "SELECT pg_try_advisory_xact_lock($1::bigint)"
+                                    : "SELECT pg_advisory_xact_lock($1::bigint), true",
+                           1, NULL, v, NULL, NULL, 0))
+        return fail(s, "advisory lock");
+    if ((res = await(s, "advisory lock", end)) == NULL)
+        return LEASE_ESTORE;
+    if (PQresultStatus(res) != PGRES_TUPLES_OK) {
+        const char *state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+        /* 55P03 lock_not_available: lock_timeout ran out. */
+        rc = state && strcmp(state, "55P03") == 0
+                 ? lease__seterr(LEASE_ETIMEOUT, "advisory lock %lld: not granted "
+                                 "within %llu ms", (long long)lock_key,
+                                 (unsigned long long)s->timeout_ms)
+                 : lease__seterr(LEASE_ESTORE, "postgres advisory lock: %s",
+                                 PQresultErrorMessage(res));
+        PQclear(res);
+        command(s, "ROLLBACK", "rollback", end);
+        return rc;
+    }
+    if (PQgetvalue(res, 0, try_only ? 0 : 1)[0] != 't') {
+        PQclear(res);
+        command(s, "ROLLBACK", "rollback", end);
+        return lease__seterr(LEASE_EBUSY, "advisory lock %lld is held by "
+                             "another transaction", (long long)lock_key);
+    }
+    PQclear(res);
+    return finish_txn(s, cb(s->conn, payload), end);
+}
+
+static int pg_wait_release(lease_store *base, const char *key, uint64_t timeout_ms)
+{
+    pg_store *s = (pg_store *)base;
+    int64_t end = lease_clock_ns() + (int64_t)timeout_ms * 1000000;
+    int rc;
+
+    if ((rc = ensure(s, call_end(s))) < 0)
+        return rc;
+    if (!s->listening) {
+        if ((rc = command(s, "LISTEN " NOTIFY_CHANNEL, "listen", call_end(s))) < 0)
+            return rc;
+        s->listening = 1;
+    }
+    /* Bounded by `end`: each pass polls at most until then. */
+    for (;;) {
+        PGnotify *n;
+        int64_t left;
+        struct pollfd p;
+
+        if (!PQconsumeInput(s->conn))
+            return fail(s, "wait for release");
+        while ((n = PQnotifies(s->conn)) != NULL) {
+            int match = strcmp(n->extra, key) == 0;
+            PQfreemem(n);
+            if (match)
+                return 0;
+        }
+        left = (end - lease_clock_ns()) / 1000000;
+        if (left <= 0)
+            return LEASE_ETIMEOUT;
+        p.fd = PQsocket(s->conn);
+        p.events = POLLIN;
+        p.revents = 0;
+        if (poll(&p, 1, (int)left) < 0 && errno != EINTR)
+            return fail(s, "wait for release");
+    }
+}
+
+static int pg_set_timeout(lease_store *base, uint64_t timeout_ms)
+{
+    pg_store *s = (pg_store *)base;
+
+    s->timeout_ms = timeout_ms;
+    if (s->conn && PQstatus(s->conn) == CONNECTION_OK)
+        return set_server_timeouts(s, call_end(s));
+    return 0;
+}
+
+static const char *const pg_schemes[] = { "postgres", "postgresql", NULL };
+
+const lease_backend lease__pg_backend = {
+    .version = LEASE_BACKEND_VERSION,
+    .name = "postgres",
+    .schemes = pg_schemes,
+    .features = LEASE_FEATURE_TXN | LEASE_FEATURE_NOTIFY | LEASE_FEATURE_ADVISORY,
+    .open = pg_open,
+    .close = pg_close,
+    .acquire = pg_acquire,
+    .renew = pg_renew,
+    .release = pg_release,
+    .inspect = pg_inspect,
+    .list = pg_list,
+    .fence_advance = pg_fence_advance,
+    .fence_mark = pg_fence_mark,
+    .guarded_put = pg_guarded_put,
+    .data_get = pg_data_get,
+    .guarded_txn = pg_guarded_txn,
+    .wait_release = pg_wait_release,
+    .renew_many = NULL,
+    .set_timeout = pg_set_timeout,
+    .advisory_txn = pg_advisory_txn,
+};

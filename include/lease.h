@@ -19,6 +19,7 @@
 #include "lease/fence.h"
 #include "lease/keeper.h"
 #include "lease/parse.h"
+#include "lease/log.h"
 
 #define LEASE_VERSION_STRING "0.1.0"
 

@@ -20,6 +20,7 @@ work=$(mktemp -d /tmp/lease-test.XXXXXX)
 chmod 0755 "$work"   # the servers run as their own users
 cleanup() {
   scripts/pg-server.sh stop "$work/pg" || true
+  scripts/redis-server.sh stop "$work/redis" || true
   rm -rf "$work"
 }
 trap cleanup EXIT
@@ -28,6 +29,11 @@ echo "== starting PostgreSQL on loopback"
 scripts/pg-server.sh start "$work/pg" "$(free_port)"
 LEASE_TEST_PG_URL=$(scripts/pg-server.sh url "$work/pg")
 export LEASE_TEST_PG_URL
+
+echo "== starting Redis on loopback"
+scripts/redis-server.sh start "$work/redis" "$(free_port)"
+LEASE_TEST_REDIS_URL=$(scripts/redis-server.sh url "$work/redis")
+export LEASE_TEST_REDIS_URL
 
 run_suite() {
   local dir=$1; shift

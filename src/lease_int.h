@@ -57,11 +57,17 @@ int lease__url_scheme(char *buf, size_t size, const char *text);
 /* lease.c: key, owner and token of a grant given back by the caller. */
 int lease__check_grant(const lease_grant *g);
 
+/* log.c */
+int lease__log_enabled(lease_log_level level);
+void lease__log(lease_log_level level, const char *event, const char *store,
+                const char *message);
+
 /* store.c */
 const lease_backend *lease__backend_for(const char *scheme);
 
 /* Built-in stores. */
 extern const lease_backend lease__sqlite_backend;
 extern const lease_backend lease__pg_backend;
+extern const lease_backend lease__redis_backend;
 
 #endif

@@ -17,6 +17,7 @@ static size_t nregistered;
 static const lease_backend *const builtin[] = {
     &lease__sqlite_backend,
     &lease__pg_backend,
+    &lease__redis_backend,
 };
 
 static int handles(const lease_backend *b, const char *scheme)
@@ -88,7 +89,7 @@ int lease_store_open_timeout(lease_store **out, const char *url,
     if ((b = lease__backend_for(scheme)) == NULL)
         return lease__seterr(LEASE_EINVALID,
                              "unknown store URL scheme '%s' (this build "
-                             "knows: sqlite, postgres, postgresql)", scheme);
+                             "knows: sqlite, postgres, postgresql, redis)", scheme);
     if ((rc = b->open(&s, url, timeout_ms)) < 0)
         return rc;
     s->backend = b;

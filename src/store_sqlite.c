@@ -5,9 +5,11 @@
  * Parameters: synchronous=full (default) | extra | normal
  *
  * Why it is safe on one host:
- *  - Every write runs in BEGIN IMMEDIATE, so concurrent processes take the
- *    write lock in turn (waiting at most the handle's timeout) and the
- *    check-then-write of acquire is atomic.
+ *  - Every write runs in BEGIN IMMEDIATE, so the check-then-write of
+ *    acquire is atomic across processes. Waiting for the write lock is
+ *    bounded by the handle's timeout; the wait polls every 1-2 ms (SQLite's
+ *    own busy handler backs off to 100 ms sleeps, which lets a process in a
+ *    tight loop starve the others), which keeps the lock close to fair.
  *  - WAL with synchronous=FULL: a committed token is on disk before the
  *    caller sees it, so a process killed with SIGKILL, or a power cut, can
  *    never make a token be issued twice. synchronous=normal trades that
@@ -132,7 +134,24 @@ typedef struct {
     sqlite3_stmt *st[ST_COUNT];
     char path[PATH_MAX];
     char boot_id[64];
+    uint64_t timeout_ms;
+    int64_t busy_since;
 } sqlite_store;
+
+/* Called by SQLite while the lock is taken: wait 1-2 ms and try again,
+ * until the handle's timeout has passed since the first call. */
+static int busy_handler(void *arg, int count)
+{
+    sqlite_store *s = arg;
+    int64_t now = lease_clock_ns();
+
+    if (count == 0)
+        s->busy_since = now;
+    if (now - s->busy_since >= (int64_t)s->timeout_ms * 1000000)
+        return 0;
+    lease__sleep_ns(1000000 + (int64_t)(lease__random_u64() % 1000000));
+    return 1;
+}
 
 static int fail(sqlite_store *s, const char *what)
 {
@@ -262,7 +281,8 @@ static int setup(sqlite_store *s, const char *synchronous, uint64_t timeout_ms)
     int version = 0, rc, i;
 
     sqlite3_extended_result_codes(s->db, 1);
-    sqlite3_busy_timeout(s->db, timeout_ms > INT_MAX ? INT_MAX : (int)timeout_ms);
+    s->timeout_ms = timeout_ms;
+    sqlite3_busy_handler(s->db, busy_handler, s);
     if (sqlite3_create_function(s->db, "lease_now_ms", 0, SQLITE_UTF8, NULL,
                                 now_ms_fn, NULL, NULL) != SQLITE_OK ||
         sqlite3_create_function(s->db, "lease_boot_id", 0, SQLITE_UTF8, s,
@@ -395,7 +415,7 @@ static int sqlite_set_timeout(lease_store *base, uint64_t timeout_ms)
 {
     sqlite_store *s = (sqlite_store *)base;
 
-    sqlite3_busy_timeout(s->db, timeout_ms > INT_MAX ? INT_MAX : (int)timeout_ms);
+    s->timeout_ms = timeout_ms;
     return 0;
 }
 

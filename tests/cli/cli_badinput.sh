@@ -171,7 +171,7 @@ section "passwords never printed"
 for args in "ls" "acquire k" "show k" "fence res 8" "run k -- true" "renew k --owner $OWNER --token 1"; do
     # shellcheck disable=SC2086
     call "$LEASE" --store redis://user:hunter2@127.0.0.1:1/0 $args
-    expect_rc 2 "redis URL ($args): scheme not built in"
+    expect_rc 6 "redis URL ($args): nothing listens on port 1"
     expect_stderr "redis URL ($args)"
     assert_not_contains "$OUT$ERR" hunter2 "redis URL ($args): the password"
 done
@@ -183,7 +183,7 @@ for url in "postgres://user:hunter2@127.0.0.1:1/db" "sqlite://user:hunter2@host/
     assert_not_contains "$OUT$ERR" hunter2 "store URL $url: the password"
 done
 call env LEASE_STORE=redis://user:hunter2@127.0.0.1:1/0 "$LEASE" ls
-expect_rc 2 "LEASE_STORE with a password"
+expect_rc 6 "LEASE_STORE with a password"
 assert_not_contains "$OUT$ERR" hunter2 "LEASE_STORE with a password: the password"
 
 section "run"

@@ -333,8 +333,8 @@ static inline int conf_setup(void **state)
 {
     (void)state;
     if (conf_store == NULL && lease_store_open(&conf_store, conf_url) != 0) {
-        print_error("cannot reopen the store %s: %s\n", conf_url,
-                    lease_errmsg());
+        /* not the URL itself: it may hold a password */
+        print_error("cannot reopen the store: %s\n", lease_errmsg());
         return -1;
     }
     return 0;

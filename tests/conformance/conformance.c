@@ -1460,9 +1460,11 @@ static void test_bad_input_changes_nothing(void **state)
     size_t before, plen = strlen(conf_prefix);
     lease_acquire_opts o;
     lease_grant g, held, bad;
-    lease_info info;
+    lease_info info, *list = NULL;
     lease_store *s = NULL;
     uint64_t mark;
+    void *v = NULL;
+    size_t n = 0;
 
     (void)state;
     conf_key(key, "bad/key");
@@ -1513,6 +1515,12 @@ static void test_bad_input_changes_nothing(void **state)
     CHECK_FAIL(LEASE_EINVALID, lease_grant_init(&bad, key, "not-a-uuid", 1, 1000));
     CHECK_FAIL(LEASE_EINVALID, lease_grant_init(&bad, key, a, 0, 1000));
     CHECK_FAIL(LEASE_EINVALID, lease_grant_init(&bad, "", a, 1, 1000));
+    CHECK_FAIL(LEASE_EINVALID, lease_inspect(NULL, conf_store, key));
+    CHECK_FAIL(LEASE_EINVALID, lease_list(NULL, &n, conf_store, conf_prefix));
+    CHECK_FAIL(LEASE_EINVALID, lease_list(&list, NULL, conf_store, conf_prefix));
+    CHECK_FAIL(LEASE_EINVALID, lease_list(&list, &n, conf_store, k256));
+    CHECK_FAIL(LEASE_EINVALID, lease_data_get(&v, &n, NULL, conf_store, ""));
+    CHECK_FAIL(LEASE_EINVALID, lease_data_get(&v, &n, NULL, conf_store, k256));
 
     /* Nothing was created: not the key, not a truncated 255-byte one. */
     assert_int_equal(count_under_prefix(), before);
@@ -1600,6 +1608,52 @@ static void test_key_255_bytes(void **state)
     CHECK_RC(0, lease_release(conf_store, &g2));
 }
 
+/* "Messages never contain a password from a store URL": neither the
+ * redacted URL of the store under test, nor the message of a failed open
+ * of the same kind of store with a password in its URL. */
+static void test_no_password_in_messages(void **state)
+{
+    static const char *const secret = "s3cr3t-Pw0rd";
+    const char *scheme = lease_store_scheme(conf_store);
+    const char *auth = strstr(conf_url, "://"), *at, *colon;
+    char url[512], pw[256];
+    lease_store *s = NULL;
+    int rc;
+
+    (void)state;
+    /* The password of the URL under test, if it has one. */
+    if (auth != NULL) {
+        auth += 3;
+        at = strchr(auth, '@');
+        colon = at ? memchr(auth, ':', (size_t)(at - auth)) : NULL;
+        if (colon && at - colon - 1 > 0 && (size_t)(at - colon - 1) < sizeof(pw)) {
+            memcpy(pw, colon + 1, (size_t)(at - colon - 1));
+            pw[at - colon - 1] = '\0';
+            if (strstr(lease_store_url_redacted(conf_store), pw) != NULL)
+                fail_msg("the redacted URL shows the password");
+        }
+    }
+
+    /* A store of the same kind that cannot be opened (port 1 refuses). */
+    snprintf(url, sizeof(url), "%s://lease:%s@127.0.0.1:1/none?password=%s",
+             scheme, secret, secret);
+    lease_error_clear();
+    rc = lease_store_open(&s, url);
+    if (rc == 0) {
+        if (strstr(lease_store_url_redacted(s), secret) != NULL)
+            fail_msg("redacted URL '%s' shows the password",
+                     lease_store_url_redacted(s));
+        lease_store_close(s);
+    } else {
+        assert_null(s);
+        assert_true(rc == LEASE_EINVALID || rc == LEASE_ESTORE);
+        assert_true(lease_errmsg()[0] != '\0');
+        if (strstr(lease_errmsg(), secret) != NULL)
+            fail_msg("the message of a failed open shows the password: %s",
+                     lease_errmsg());
+    }
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
@@ -1635,6 +1689,7 @@ int main(int argc, char **argv)
         CONF_TEST(test_guarded_txn_expired),
         CONF_TEST(test_bad_input_changes_nothing),
         CONF_TEST(test_key_255_bytes),
+        CONF_TEST(test_no_password_in_messages),
     };
     int failed;
 

@@ -190,6 +190,7 @@ struct paused_report {
     int open_rc, acquire_rc, first_fence_rc, keeper_rc;
     uint64_t token, ttl_ms;
     /* stage 2, after SIGCONT */
+    int valid_at_resume, grant_valid_at_resume;
     int lost_fired, lost_reason, valid, state, renew_rc, fence_rc, stop_rc;
     uint64_t fence_mark;
 };
@@ -234,6 +235,11 @@ static void child_paused_holder(const char *key, const char *res, int rep_fd,
     /* The parent stops us here, takes the key, and then says go. */
     if (conf_read_full(cmd_fd, &c, 1, conf_now_ms() + 120000) != 1)
         _exit(3);
+
+    /* Resumed past the local deadline: not valid, whether or not the
+     * keeper's thread has run yet. */
+    r.valid_at_resume = lease_keeper_valid(k);
+    r.grant_valid_at_resume = lease_grant_valid(&g);
 
     /* The keeper must notice on its own (bounded wait for its callback). */
     r.lost_fired = conf_read_full(lost[0], &r.lost_reason, sizeof(r.lost_reason),
@@ -322,6 +328,8 @@ static void test_keeper_paused_holder_is_fenced(void **state)
     close(rep[0]);
     close(cmd[1]);
 
+    assert_int_equal(r.valid_at_resume, 0);
+    assert_int_equal(r.grant_valid_at_resume, 0);
     assert_int_equal(r.lost_fired, 1);
     if (r.lost_reason != LEASE_ELOST && r.lost_reason != LEASE_ESTORE)
         fail_msg("on_lost reason %s, expected ELOST or ESTORE",

@@ -21,6 +21,7 @@ chmod 0755 "$work"   # the servers run as their own users
 cleanup() {
   scripts/pg-server.sh stop "$work/pg" || true
   scripts/redis-server.sh stop "$work/redis" || true
+  scripts/etcd-server.sh stop "$work/etcd" || true
   rm -rf "$work"
 }
 trap cleanup EXIT
@@ -34,6 +35,11 @@ echo "== starting Redis on loopback"
 scripts/redis-server.sh start "$work/redis" "$(free_port)"
 LEASE_TEST_REDIS_URL=$(scripts/redis-server.sh url "$work/redis")
 export LEASE_TEST_REDIS_URL
+
+echo "== starting etcd on loopback"
+scripts/etcd-server.sh start "$work/etcd" e1 "$(free_port)" "$(free_port)"
+LEASE_TEST_ETCD_URL=$(scripts/etcd-server.sh url "$work/etcd")
+export LEASE_TEST_ETCD_URL
 
 run_suite() {
   local dir=$1; shift

@@ -69,5 +69,6 @@ const lease_backend *lease__backend_for(const char *scheme);
 extern const lease_backend lease__sqlite_backend;
 extern const lease_backend lease__pg_backend;
 extern const lease_backend lease__redis_backend;
+extern const lease_backend lease__etcd_backend;
 
 #endif

@@ -18,6 +18,7 @@ static const lease_backend *const builtin[] = {
     &lease__sqlite_backend,
     &lease__pg_backend,
     &lease__redis_backend,
+    &lease__etcd_backend,
 };
 
 static int handles(const lease_backend *b, const char *scheme)
@@ -89,7 +90,7 @@ int lease_store_open_timeout(lease_store **out, const char *url,
     if ((b = lease__backend_for(scheme)) == NULL)
         return lease__seterr(LEASE_EINVALID,
                              "unknown store URL scheme '%s' (this build "
-                             "knows: sqlite, postgres, postgresql, redis)", scheme);
+                             "knows: sqlite, postgres, postgresql, redis, etcd, etcds)", scheme);
     if ((rc = b->open(&s, url, timeout_ms)) < 0)
         return rc;
     s->backend = b;

@@ -44,17 +44,89 @@ static const char usage_run[] =
     "exit: CMD's exit status (128+N if killed by signal N); 4 if CMD had to be\n"
     "stopped because the lease was lost; 3, 6 or 7 if KEY could not be acquired.\n";
 
+static const char usage_elect[] =
+    "usage: lease elect NAME [--ttl DUR] [--wait DUR] [--label TEXT] [--grace DUR] [--json] -- CMD [ARG...]\n"
+    "\n"
+    "Campaign for leadership of NAME (waiting at most --wait) and run CMD only while\n"
+    "leader. CMD gets LEASE_KEY (election/NAME), LEASE_TOKEN and LEASE_EPOCH (the\n"
+    "leader's epoch: carry it into every downstream write), LEASE_OWNER and\n"
+    "LEASE_TTL_MS. Step-down policy: as soon as a renewal fails or the deadline\n"
+    "comes near, leadership is uncertain and CMD's process group gets SIGTERM, then\n"
+    "SIGKILL, so that it is gone before leadership ends. Options and exit codes as\n"
+    "for lease run (4: CMD was stopped because leadership ended).\n";
+
 static int lost_pipe[2] = { -1, -1 };
 
-static void on_lost(lease_keeper *k, int reason, void *payload)
+/* Only a write to a pipe: the main loop does the rest. */
+static void notify_lost(int reason)
 {
     char c = reason == LEASE_ELOST ? 'L' : 'S';
 
-    (void)k;
-    (void)payload;
-    /* Only a write to a pipe: the main loop does the rest. */
     if (write(lost_pipe[1], &c, 1) < 0) {
         /* Nothing to do: the deadline check stops the child anyway. */
+    }
+}
+
+static void on_lost(lease_keeper *k, int reason, void *payload)
+{
+    (void)k;
+    (void)payload;
+    notify_lost(reason);
+}
+
+static void on_stepdown(lease_election *e, int reason, void *payload)
+{
+    (void)e;
+    (void)payload;
+    notify_lost(reason);
+}
+
+/* What the child's authority comes from: a kept lease or a leadership. */
+typedef struct {
+    lease_keeper *keeper;
+    lease_election *election;
+} authority;
+
+static int64_t auth_deadline(const authority *au)
+{
+    return au->election ? lease_election_deadline_ns(au->election)
+                        : lease_keeper_deadline_ns(au->keeper);
+}
+
+static int auth_valid(const authority *au)
+{
+    return au->election ? lease_election_is_leader(au->election)
+                        : lease_keeper_valid(au->keeper);
+}
+
+static int auth_end(const authority *au, int release)
+{
+    if (au->election)
+        return lease_resign(au->election);
+    return lease_keeper_stop(NULL, au->keeper, release);
+}
+
+/* Campaign in slices, so that a SIGINT or SIGTERM (blocked: the renewing
+ * thread must not take it) still ends a long wait promptly. */
+static int campaign(lease_election **e, lease_store *s, const char *name,
+                    lease_campaign_opts *co, uint64_t wait_ms, const sigset_t *mask)
+{
+    int64_t end = lease_clock_ns() + (int64_t)wait_ms * 1000000;
+    int rc;
+
+    for (;;) {
+        int64_t left = (end - lease_clock_ns()) / 1000000;
+        sigset_t pending;
+
+        co->wait_ms = left <= 0 ? 0 : left > 200 ? 200 : (uint64_t)left;
+        rc = lease_campaign(e, s, name, co);
+        if ((rc != LEASE_EBUSY && rc != LEASE_ETIMEOUT) || left <= 200)
+            return rc;
+        sigpending(&pending);
+        if (sigismember(&pending, SIGINT) || sigismember(&pending, SIGTERM) ||
+            sigismember(&pending, SIGHUP))
+            return 1; /* interrupted */
+        (void)mask;
     }
 }
 
@@ -89,7 +161,8 @@ static void event(const run_log *l, const char *name, int loud, json_t *extra)
     json_decref(extra);
 }
 
-static pid_t start_child(char **argv, const lease_grant *g, sigset_t *oldmask)
+static pid_t start_child(char **argv, const lease_grant *g, sigset_t *oldmask,
+                         int elect)
 {
     pid_t pid = fork();
 
@@ -106,6 +179,8 @@ static pid_t start_child(char **argv, const lease_grant *g, sigset_t *oldmask)
         setenv("LEASE_OWNER", g->owner, 1);
         snprintf(buf, sizeof(buf), "%llu", (unsigned long long)g->token);
         setenv("LEASE_TOKEN", buf, 1);
+        if (elect)
+            setenv("LEASE_EPOCH", buf, 1);
         snprintf(buf, sizeof(buf), "%llu", (unsigned long long)g->ttl_ms);
         setenv("LEASE_TTL_MS", buf, 1);
         execvp(argv[0], argv);
@@ -117,15 +192,17 @@ static pid_t start_child(char **argv, const lease_grant *g, sigset_t *oldmask)
     return pid;
 }
 
-int cmd_run(cli_globals *g, cli_args *a)
+static int supervise(cli_globals *g, cli_args *a, int elect)
 {
     const char *key = NULL, *label = NULL;
     char owner[LEASE_OWNER_BUFSZ], deflabel[LEASE_LABEL_MAX + 1];
+    char ekey[LEASE_KEY_MAX + 1];
+    lease_campaign_opts co = LEASE_CAMPAIGN_OPTS_INIT;
+    authority au = { NULL, NULL };
     uint64_t ttl_ms = DEFAULT_TTL_MS, wait_ms = 0, grace_ms = 0, kill_margin_ms;
     int has_grace = 0, rc = 0, cmd_at = -1, status = 0, stopped_for_loss = 0;
     lease_acquire_opts ao = LEASE_ACQUIRE_OPTS_INIT;
     lease_keeper_opts ko = LEASE_KEEPER_OPTS_INIT;
-    lease_keeper *keeper = NULL;
     lease_grant grant;
     lease_store *s;
     sigset_t mask, oldmask;
@@ -142,7 +219,7 @@ int cmd_run(cli_globals *g, cli_args *a)
             break;
         }
         if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) {
-            fputs(usage_run, stdout);
+            fputs(elect ? usage_elect : usage_run, stdout);
             return EXIT_OK;
         }
         if (cli_parse_global(g, a, arg, &rc))
@@ -170,13 +247,21 @@ int cmd_run(cli_globals *g, cli_args *a)
     if (rc)
         return rc;
     if (key == NULL)
-        return cli_usage(a->cmd, "missing KEY");
+        return cli_usage(a->cmd, elect ? "missing NAME" : "missing KEY");
+    if (elect && (!lease_key_valid(key) || strlen(key) > LEASE_ELECTION_NAME_MAX))
+        return cli_usage(a->cmd, "NAME must be 1 to %d bytes", LEASE_ELECTION_NAME_MAX);
     if (!lease_key_valid(key))
         return cli_usage(a->cmd, "KEY must be 1 to %d bytes", LEASE_KEY_MAX);
     if (cmd_at < 0 || cmd_at >= a->argc)
-        return cli_usage(a->cmd, "missing the command: lease run KEY -- CMD [ARG...]");
+        return cli_usage(a->cmd, "missing the command: lease %s %s -- CMD [ARG...]",
+                         a->cmd, elect ? "NAME" : "KEY");
+    if (elect) {
+        snprintf(ekey, sizeof(ekey), "election/%s", key);
+        log.key = ekey;
+    } else {
+        log.key = key;
+    }
     log.json = g->json;
-    log.key = key;
 
     /* Stop timing, from the ttl: SIGKILL lands kill_margin before the
      * deadline (time to deliver it and reap), SIGTERM `grace` before that. */
@@ -200,26 +285,15 @@ int cmd_run(cli_globals *g, cli_args *a)
     ao.wait_ms = wait_ms;
     if ((rc = cli_open_store(&s, g)))
         return rc;
-    rc = lease_acquire(&grant, NULL, s, key, &ao);
-    if (rc < 0) {
-        lease_store_close(s);
-        return cli_fail(rc, "run");
-    }
-    log.token = grant.token;
-    event(&log, "acquired", 0,
-          json_pack("{s:s, s:I, s:I}", "owner", grant.owner, "ttl_ms",
-                    (json_int_t)grant.ttl_ms, "deadline_ns",
-                    (json_int_t)grant.deadline_ns));
-
     if (pipe(lost_pipe) != 0) {
         perror("lease run: pipe");
-        lease_release(s, &grant);
         lease_store_close(s);
         return EXIT_FAIL;
     }
-    /* Block the signals we forward before the keeper's thread starts: it
+    /* Block the signals we forward before a renewing thread starts: it
      * inherits the mask, and signalfd only sees signals blocked in every
-     * thread (otherwise SIGTERM could kill us from the keeper's thread). */
+     * thread (otherwise SIGTERM could kill us from that thread). A lease
+     * is acquired before that, so that a long --wait stays interruptible. */
     sigemptyset(&mask);
     sigaddset(&mask, SIGCHLD);
     sigaddset(&mask, SIGINT);
@@ -228,23 +302,51 @@ int cmd_run(cli_globals *g, cli_args *a)
     sigaddset(&mask, SIGQUIT);
     sigaddset(&mask, SIGUSR1);
     sigaddset(&mask, SIGUSR2);
-    sigprocmask(SIG_BLOCK, &mask, &oldmask);
-    ko.on_lost = on_lost;
-    if ((rc = lease_keeper_start(&keeper, s, &grant, &ko)) < 0) {
-        rc = cli_fail(rc, "run");
-        lease_release(s, &grant);
+    if (elect) {
+        sigprocmask(SIG_BLOCK, &mask, &oldmask);
+        co.ttl_ms = ttl_ms;
+        co.label = label;
+        co.on_stepdown = on_stepdown;
+        rc = campaign(&au.election, s, key, &co, wait_ms, &mask);
+        if (rc == 1) {
+            fprintf(stderr, "lease elect: interrupted while campaigning for '%s'\n", key);
+            lease_store_close(s);
+            return 130;
+        }
+        if (rc == 0)
+            grant = *lease_election_grant(au.election);
+    } else {
+        rc = lease_acquire(&grant, NULL, s, key, &ao);
+    }
+    if (rc < 0) {
         lease_store_close(s);
-        return rc;
+        return cli_fail(rc, a->cmd);
+    }
+    log.token = grant.token;
+    event(&log, "acquired", 0,
+          json_pack("{s:s, s:I, s:I}", "owner", grant.owner, "ttl_ms",
+                    (json_int_t)grant.ttl_ms, "deadline_ns",
+                    (json_int_t)grant.deadline_ns));
+
+    if (!elect) {
+        sigprocmask(SIG_BLOCK, &mask, &oldmask);
+        ko.on_lost = on_lost;
+        if ((rc = lease_keeper_start(&au.keeper, s, &grant, &ko)) < 0) {
+            rc = cli_fail(rc, "run");
+            lease_release(s, &grant);
+            lease_store_close(s);
+            return rc;
+        }
     }
     lease_store_close(s);
 
     sfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
-    child = start_child(a->argv + cmd_at, &grant, &oldmask);
+    child = start_child(a->argv + cmd_at, &grant, &oldmask, elect);
     if (sfd < 0 || child < 0) {
         perror("lease run: cannot start the command");
         if (child > 0)
             kill(-child, SIGKILL);
-        lease_keeper_stop(NULL, keeper, 1);
+        auth_end(&au, 1);
         return EXIT_FAIL;
     }
     event(&log, "started", 0, json_pack("{s:i}", "pid", (int)child));
@@ -253,7 +355,7 @@ int cmd_run(cli_globals *g, cli_args *a)
      * the child (SIGKILL cannot be ignored) before the local deadline. */
     for (;;) {
         struct pollfd fds[2] = { { sfd, POLLIN, 0 }, { lost_pipe[0], POLLIN, 0 } };
-        int64_t now, deadline = lease_keeper_deadline_ns(keeper);
+        int64_t now, deadline = auth_deadline(&au);
         int64_t term_at = deadline - (int64_t)(grace_ms + kill_margin_ms) * 1000000;
         int64_t kill_at = deadline - (int64_t)kill_margin_ms * 1000000;
         int64_t next;
@@ -262,6 +364,9 @@ int cmd_run(cli_globals *g, cli_args *a)
         if (kill_at_fixed)
             kill_at = kill_at_fixed;
         now = lease_clock_ns();
+        /* A leader stops at once when leadership becomes uncertain. */
+        if (elect && !auth_valid(&au))
+            stopped_for_loss = 1;
         if (!term_sent && (now >= term_at || stopped_for_loss)) {
             stopped_for_loss = 1;
             term_sent = now;
@@ -316,10 +421,10 @@ int cmd_run(cli_globals *g, cli_args *a)
     }
     {
         int64_t exited = lease_clock_ns();
-        int64_t deadline = lease_keeper_deadline_ns(keeper);
+        int64_t deadline = auth_deadline(&au);
         int code = WIFEXITED(status) ? WEXITSTATUS(status)
                                      : 128 + WTERMSIG(status);
-        int valid = lease_keeper_valid(keeper);
+        int valid = auth_valid(&au);
 
         /* Anything the child left in its group goes with it. */
         kill(-child, SIGKILL);
@@ -329,10 +434,20 @@ int cmd_run(cli_globals *g, cli_args *a)
                         "before_deadline", exited < deadline));
         /* Release whenever the lease may still be ours, so the next holder
          * need not wait for the ttl; a lost lease gives ELOST, harmlessly. */
-        rc = lease_keeper_stop(NULL, keeper, valid);
+        rc = auth_end(&au, valid);
         if (valid)
             event(&log, rc == 0 ? "released" : "release_failed", rc != 0, NULL);
         close(sfd);
         return stopped_for_loss ? EXIT_LOST : code;
     }
+}
+
+int cmd_run(cli_globals *g, cli_args *a)
+{
+    return supervise(g, a, 0);
+}
+
+int cmd_elect(cli_globals *g, cli_args *a)
+{
+    return supervise(g, a, 1);
 }

@@ -21,11 +21,14 @@ static const char usage_main[] =
     "  ls      [PREFIX] [--json]\n"
     "  run     KEY [--ttl DUR] [--wait DUR] [--label TEXT] [--grace DUR] -- CMD [ARG...]\n"
     "  fence   RESOURCE TOKEN [--json]\n"
+    "  elect   NAME [--ttl DUR] [--wait DUR] [--label TEXT] [--grace DUR] -- CMD [ARG...]\n"
+    "  leader  NAME [--watch] [--count N] [--for DUR] [--json]\n"
     "\n"
     "global options (before or after the command):\n"
-    "  --store URL     sqlite:path.db, sqlite:///abs/path.db,\n"
-    "                  postgres://user:pw@host:port/db (default: $LEASE_STORE,\n"
-    "                  then $XDG_STATE_HOME/lease/lease.db or ~/.local/state/lease/lease.db)\n"
+    "  --store URL     sqlite:path.db, sqlite:///abs/path.db, postgres://user:pw@host/db,\n"
+    "                  redis://host:6379, etcd://host:2379[,host:2379...]\n"
+    "                  (default: $LEASE_STORE, then $XDG_STATE_HOME/lease/lease.db\n"
+    "                  or ~/.local/state/lease/lease.db)\n"
     "  --timeout DUR   bound on each store call (default 5s)\n"
     "  --help, --version\n"
     "\n"
@@ -411,7 +414,8 @@ static const command commands[] = {
     { "acquire", cmd_acquire }, { "renew", cmd_renew },
     { "release", cmd_release }, { "show", cmd_show },
     { "ls", cmd_ls },           { "run", cmd_run },
-    { "fence", cmd_fence },
+    { "fence", cmd_fence },     { "elect", cmd_elect },
+    { "leader", cmd_leader },
 };
 
 int main(int argc, char **argv)

@@ -18,8 +18,10 @@
 #include "lease/lease.h"
 #include "lease/fence.h"
 #include "lease/keeper.h"
+#include "lease/election.h"
 #include "lease/parse.h"
 #include "lease/log.h"
+#include "lease/metrics.h"
 
 #define LEASE_VERSION_STRING "0.1.0"
 

@@ -17,6 +17,7 @@ struct lease_keeper {
     _Atomic int64_t deadline_ns;
     _Atomic uint64_t token;
     uint64_t every_ms;
+    int step_down;
     lease_lost_cb on_lost;
     void *payload;
     pthread_mutex_t mu;
@@ -30,8 +31,18 @@ static void lose(lease_keeper *k, int reason)
     int expected = LEASE_KEEPER_HELD;
 
     /* The state leaves HELD exactly once, so on_lost runs exactly once. */
-    if (atomic_compare_exchange_strong(&k->state, &expected, LEASE_KEEPER_LOST) &&
-        k->on_lost)
+    if (!atomic_compare_exchange_strong(&k->state, &expected, LEASE_KEEPER_LOST))
+        return;
+    lease__metric_loss(lease_store_scheme(k->store), reason != LEASE_ELOST);
+    if (k->grant.acquired_ns)
+        lease__metric_held(lease_store_scheme(k->store),
+                           lease_clock_ns() - k->grant.acquired_ns);
+    lease__log_state(LEASE_LOG_WARN, "lost", lease_store_scheme(k->store), &k->grant,
+                     reason == LEASE_ELOST
+                         ? "the store says this owner no longer holds the lease"
+                         : "no renewal succeeded before the local deadline: "
+                           "authority is uncertain");
+    if (k->on_lost)
         k->on_lost(k, reason, k->payload);
 }
 
@@ -76,7 +87,18 @@ static void *run(void *arg)
             return NULL;
         }
         /* A renewal that answers after the deadline is worthless: bound
-         * the call by the time left. */
+         * the call by the time left (a leader stepping down: by the time
+         * left before the last quarter of the ttl). */
+        if (k->step_down) {
+            int64_t quarter = (int64_t)k->grant.ttl_ms * 1000000 / 4;
+            if (left <= quarter) {
+                lease__seterr(LEASE_ESTORE, "'%s': the local deadline is near",
+                              k->grant.key);
+                lose(k, LEASE_ESTORE);
+                return NULL;
+            }
+            left -= quarter;
+        }
         lease_store_set_timeout(k->store, (uint64_t)left / 1000000 + 1);
         rc = lease_renew(&k->grant, k->store, k->grant.ttl_ms);
         if (rc == 0) {
@@ -84,6 +106,10 @@ static void *run(void *arg)
             next = now + (int64_t)k->every_ms * 1000000;
         } else if (rc == LEASE_ELOST || rc == LEASE_EINVALID) {
             lose(k, LEASE_ELOST);
+            return NULL;
+        } else if (k->step_down) {
+            /* Uncertain is not leader: step down now, do not retry. */
+            lose(k, LEASE_ESTORE);
             return NULL;
         } else {
             /* Uncertain: retry soon, several times before the deadline. */
@@ -132,6 +158,7 @@ int lease_keeper_start(lease_keeper **out, lease_store *store,
         k->every_ms = 1;
     k->on_lost = opts->on_lost;
     k->payload = opts->payload;
+    k->step_down = opts->step_down;
     atomic_init(&k->state, LEASE_KEEPER_HELD);
     atomic_init(&k->deadline_ns, grant->deadline_ns);
     atomic_init(&k->token, grant->token);

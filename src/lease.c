@@ -48,6 +48,12 @@ static int busy_error(int code, const char *key, const lease_info *h)
                          (unsigned long long)h->remaining_ms);
 }
 
+static int acquire_failed(const lease_store *s, int rc, int64_t start)
+{
+    lease__metric_acquire(s->backend->name, rc, lease_clock_ns() - start);
+    return rc;
+}
+
 int lease_acquire(lease_grant *out, lease_info *holder, lease_store *s,
                   const char *key, const lease_acquire_opts *opts)
 {
@@ -56,7 +62,7 @@ int lease_acquire(lease_grant *out, lease_info *holder, lease_store *s,
     lease_info h;
     lease_grant g;
     uint64_t backoff, backoff_max;
-    int64_t wait_end;
+    int64_t wait_end, start;
     int rc;
 
     if (out == NULL)
@@ -83,7 +89,8 @@ int lease_acquire(lease_grant *out, lease_info *holder, lease_store *s,
     backoff_max = opts->backoff_max_ms ? opts->backoff_max_ms : BACKOFF_MAX_DEFAULT_MS;
     if (backoff > backoff_max)
         backoff = backoff_max;
-    wait_end = lease_clock_ns() + (int64_t)opts->wait_ms * 1000000;
+    start = lease_clock_ns();
+    wait_end = start + (int64_t)opts->wait_ms * 1000000;
 
     /* Bounded: every pass either returns or sleeps at least 1 ms, and the
      * loop returns once wait_end has passed. */
@@ -99,21 +106,26 @@ int lease_acquire(lease_grant *out, lease_info *holder, lease_store *s,
             memcpy(g.owner, owner, sizeof(g.owner));
             lease__strlcpy(g.label, req.label, sizeof(g.label));
             g.deadline_ns = lease__deadline_ns(sent, g.ttl_ms);
+            g.acquired_ns = sent;
             *out = g;
+            lease__metric_acquire(s->backend->name, 0, lease_clock_ns() - start);
+            lease__log_state(LEASE_LOG_INFO, "acquired", s->backend->name, &g, NULL);
             return 0;
         }
         /* While waiting, a store failure is retried like a busy key (the
          * store may be restarting), but it is what the caller hears if the
          * wait ends on it: an unreachable store is never reported as busy. */
         if (rc != LEASE_EBUSY && (rc != LEASE_ESTORE || opts->wait_ms == 0))
-            return rc;
+            return acquire_failed(s, rc, start);
         if (rc == LEASE_EBUSY && holder)
             *holder = h;
         if (opts->wait_ms == 0)
-            return busy_error(LEASE_EBUSY, key, &h);
+            return acquire_failed(s, busy_error(LEASE_EBUSY, key, &h), start);
         left = (wait_end - lease_clock_ns()) / 1000000;
         if (left <= 0)
-            return rc == LEASE_ESTORE ? rc : busy_error(LEASE_ETIMEOUT, key, &h);
+            return acquire_failed(s, rc == LEASE_ESTORE
+                                         ? rc : busy_error(LEASE_ETIMEOUT, key, &h),
+                                  start);
         if (rc == LEASE_ESTORE)
             h.remaining_ms = UINT64_MAX / 2;
 
@@ -129,7 +141,7 @@ int lease_acquire(lease_grant *out, lease_info *holder, lease_store *s,
         if (s->backend->wait_release && rc == LEASE_EBUSY) {
             rc = s->backend->wait_release(s, key, pause);
             if (rc < 0 && rc != LEASE_ETIMEOUT)
-                return rc;
+                return acquire_failed(s, rc, start);
         } else {
             lease__sleep_ns((int64_t)pause * 1000000);
         }
@@ -151,10 +163,14 @@ int lease_renew(lease_grant *g, lease_store *s, uint64_t ttl_ms)
         return rc;
     sent = lease_clock_ns();
     rc = s->backend->renew(&granted, s, g->key, g->owner, g->token, ttl_ms);
-    if (rc < 0)
+    lease__metric_renew(s->backend->name, rc == 0);
+    if (rc < 0) {
+        lease__log_state(LEASE_LOG_WARN, "renewal_failed", s->backend->name, g, lease_errmsg());
         return rc;
+    }
     g->ttl_ms = granted ? granted : ttl_ms;
     g->deadline_ns = lease__deadline_ns(sent, g->ttl_ms);
+    lease__log_state(LEASE_LOG_DEBUG, "renewed", s->backend->name, g, NULL);
     return 0;
 }
 
@@ -164,7 +180,13 @@ int lease_release(lease_store *s, const lease_grant *g)
 
     if ((rc = check_store(s)) < 0 || (rc = lease__check_grant(g)) < 0)
         return rc;
-    return s->backend->release(s, g->key, g->owner, g->token);
+    rc = s->backend->release(s, g->key, g->owner, g->token);
+    if (rc == 0) {
+        if (g->acquired_ns)
+            lease__metric_held(s->backend->name, lease_clock_ns() - g->acquired_ns);
+        lease__log_state(LEASE_LOG_INFO, "released", s->backend->name, g, NULL);
+    }
+    return rc;
 }
 
 int lease_inspect(lease_info *out, lease_store *s, const char *key)
@@ -246,10 +268,18 @@ int lease_fence_advance(uint64_t *mark, lease_store *s, const char *resource,
     rc = s->backend->fence_advance(&m, s, resource, token);
     if (mark && (rc == 0 || rc == LEASE_ESTALE))
         *mark = m;
-    if (rc == LEASE_ESTALE)
-        return lease__seterr(rc, "'%s' rejected token %llu: it has seen %llu",
-                             resource, (unsigned long long)token,
-                             (unsigned long long)m);
+    if (rc == LEASE_ESTALE) {
+        lease_grant fenced;
+
+        memset(&fenced, 0, sizeof(fenced));
+        lease__strlcpy(fenced.key, resource, sizeof(fenced.key));
+        fenced.token = token;
+        lease__metric_fenced(s->backend->name);
+        rc = lease__seterr(rc, "'%s' rejected token %llu: it has seen %llu",
+                           resource, (unsigned long long)token,
+                           (unsigned long long)m);
+        lease__log_state(LEASE_LOG_WARN, "fenced", s->backend->name, &fenced, lease_errmsg());
+    }
     return rc;
 }
 

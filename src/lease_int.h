@@ -62,6 +62,20 @@ int lease__log_enabled(lease_log_level level);
 void lease__log(lease_log_level level, const char *event, const char *store,
                 const char *message);
 
+/* State changes, as one log line each, with what identifies the lease:
+ * key, owner, holder label, token and store. `detail` may be NULL. */
+void lease__log_state(lease_log_level level, const char *event,
+                      const char *store, const lease_grant *grant,
+                      const char *detail);
+
+/* metrics.c */
+void lease__metric_acquire(const char *store, int rc, int64_t wait_ns);
+void lease__metric_renew(const char *store, int ok);
+void lease__metric_loss(const char *store, int expired);
+void lease__metric_held(const char *store, int64_t held_ns);
+void lease__metric_leader(const char *store);
+void lease__metric_fenced(const char *store);
+
 /* store.c */
 const lease_backend *lease__backend_for(const char *scheme);
 

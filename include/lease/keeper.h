@@ -42,9 +42,16 @@ typedef struct lease_keeper_opts {
     uint64_t renew_every_ms;  /* 0: ttl/3 */
     lease_lost_cb on_lost;    /* optional */
     void *payload;            /* passed to on_lost */
+    /*
+     * The step-down policy of a leader: with step_down set, the first
+     * renewal that fails (or that cannot finish before the last quarter
+     * of the ttl) ends authority at once: on_lost(LEASE_ESTORE), no
+     * further renewal. Without it the keeper retries until the deadline.
+     */
+    int step_down;
 } lease_keeper_opts;
 
-#define LEASE_KEEPER_OPTS_INIT { LEASE_KEEPER_OPTS_VERSION, 0, NULL, NULL }
+#define LEASE_KEEPER_OPTS_INIT { LEASE_KEEPER_OPTS_VERSION, 0, NULL, NULL, 0 }
 
 typedef enum lease_keeper_state {
     LEASE_KEEPER_HELD = 0,   /* renewing; check lease_keeper_valid() */

@@ -43,6 +43,7 @@ typedef struct lease_grant {
     uint64_t token;      /* fencing generation, >= 1 */
     uint64_t ttl_ms;     /* ttl granted by the store (may be rounded up) */
     int64_t deadline_ns; /* local deadline, on lease_clock_ns() */
+    int64_t acquired_ns; /* when the acquire was sent, on lease_clock_ns() */
 } lease_grant;
 
 /* What inspect and list report about one key. */

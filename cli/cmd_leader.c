@@ -1,0 +1,122 @@
+/*
+ * cmd_leader.c - `lease leader NAME`: who leads, and (--watch) every change.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cli.h"
+
+static const char usage_leader[] =
+    "usage: lease leader NAME [--watch] [--count N] [--for DUR] [--json]\n"
+    "\n"
+    "Show the leader of election NAME: its label, owner, epoch and time left.\n"
+    "With --watch, print the leader again at every transition (a new epoch, or\n"
+    "no leader), until --count transitions were printed, --for DUR passed, or\n"
+    "the command is interrupted. --json prints one JSON object per line:\n"
+    "{name, leader, label, owner, epoch, remaining_ms}.\n"
+    "exit: 0; 1 if NAME never had a leader (without --watch); 6 store failed\n";
+
+static void print_leader(const cli_globals *g, const char *name, const lease_info *i)
+{
+    if (g->json) {
+        cli_print_json(json_pack("{s:s, s:b, s:s?, s:s?, s:I, s:I}", "name", name,
+                                 "leader", i->held, "label",
+                                 i->held ? i->label : NULL, "owner",
+                                 i->held ? i->owner : NULL, "epoch",
+                                 (json_int_t)i->token, "remaining_ms",
+                                 (json_int_t)i->remaining_ms));
+    } else if (i->held) {
+        printf("%s: leader %s (owner %s) epoch %llu, %llums left\n", name,
+               i->label[0] ? i->label : "-", i->owner, (unsigned long long)i->token,
+               (unsigned long long)i->remaining_ms);
+    } else {
+        printf("%s: no leader (last epoch %llu)\n", name, (unsigned long long)i->token);
+    }
+    fflush(stdout);
+}
+
+int cmd_leader(cli_globals *g, cli_args *a)
+{
+    const char *name = NULL, *v;
+    uint64_t count = 0, for_ms = 0;
+    int watch = 0, rc = 0, seen = 0;
+    lease_info cur, last;
+    lease_store *s;
+    int64_t end;
+
+    for (a->i = 0; a->i < a->argc && rc == 0; a->i++) {
+        const char *arg = a->argv[a->i];
+
+        if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) {
+            fputs(usage_leader, stdout);
+            return EXIT_OK;
+        }
+        if (cli_parse_global(g, a, arg, &rc))
+            continue;
+        if (strcmp(arg, "--watch") == 0) {
+            watch = 1;
+        } else if (cli_flag_is(arg, "--count")) {
+            if ((v = cli_value(a, arg, &rc)) && lease_parse_token(&count, v) < 0)
+                return cli_usage(a->cmd, "--count must be a whole number from 1");
+        } else if (cli_flag_is(arg, "--for")) {
+            if ((v = cli_value(a, arg, &rc)))
+                rc = cli_duration(&for_ms, a->cmd, "--for", v, 0);
+        } else if (arg[0] == '-' && arg[1] != '\0') {
+            return cli_usage(a->cmd, "unknown option '%s'", arg);
+        } else if (name == NULL) {
+            name = arg;
+        } else {
+            return cli_usage(a->cmd, "unexpected argument '%s'", arg);
+        }
+    }
+    if (rc)
+        return rc;
+    if (name == NULL)
+        return cli_usage(a->cmd, "missing NAME");
+    if (!lease_key_valid(name) || strlen(name) > LEASE_ELECTION_NAME_MAX)
+        return cli_usage(a->cmd, "NAME must be 1 to %d bytes", LEASE_ELECTION_NAME_MAX);
+    if ((count || for_ms) && !watch)
+        return cli_usage(a->cmd, "--count and --for go with --watch");
+    if ((rc = cli_open_store(&s, g)))
+        return rc;
+    if (!watch) {
+        rc = lease_leader_get(&cur, s, name);
+        lease_store_close(s);
+        if (rc < 0)
+            return cli_fail(rc, "leader");
+        print_leader(g, name, &cur);
+        return EXIT_OK;
+    }
+    end = for_ms ? lease_clock_ns() + (int64_t)for_ms * 1000000 : 0;
+    memset(&last, 0, sizeof(last));
+    /* Bounded by --count, --for, or the user's interrupt. */
+    for (;;) {
+        struct timespec pause = { 0, 100 * 1000000 };
+
+        rc = lease_leader_get(&cur, s, name);
+        if (rc == LEASE_ENOTFOUND) {
+            memset(&cur, 0, sizeof(cur));
+            rc = 0;
+        }
+        if (rc < 0) {
+            lease_store_close(s);
+            return cli_fail(rc, "leader");
+        }
+        if (!seen || cur.held != last.held || cur.token != last.token ||
+            strcmp(cur.owner, last.owner) != 0) {
+            print_leader(g, name, &cur);
+            last = cur;
+            if (seen++ && count && (uint64_t)seen > count)
+                break;
+            if (count && (uint64_t)seen >= count)
+                break;
+        }
+        if (end && lease_clock_ns() >= end)
+            break;
+        nanosleep(&pause, NULL);
+    }
+    lease_store_close(s);
+    return EXIT_OK;
+}

@@ -626,7 +626,8 @@ static int redis_list(lease_store *base, const char *prefix, lease_list_cb cb,
         if (strcmp(cursor, "0") == 0)
             break;
     }
-    qsort(infos, n, sizeof(*infos), cmp_info);
+    if (n > 0)
+        qsort(infos, n, sizeof(*infos), cmp_info);
     for (i = 0; i < n && rc == 0; i++)
         rc = cb(&infos[i], payload);
 out:

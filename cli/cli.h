@@ -58,5 +58,6 @@ json_t *cli_info_json(const lease_info *info);
 int cmd_run(cli_globals *g, cli_args *a);
 int cmd_elect(cli_globals *g, cli_args *a);
 int cmd_leader(cli_globals *g, cli_args *a);
+int cmd_agent(cli_globals *g, cli_args *a);
 
 #endif

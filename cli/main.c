@@ -23,6 +23,7 @@ static const char usage_main[] =
     "  fence   RESOURCE TOKEN [--json]\n"
     "  elect   NAME [--ttl DUR] [--wait DUR] [--label TEXT] [--grace DUR] -- CMD [ARG...]\n"
     "  leader  NAME [--watch] [--count N] [--for DUR] [--json]\n"
+    "  agent   NAME --listen HOST:PORT [--label TEXT] [--ttl DUR]\n"
     "\n"
     "global options (before or after the command):\n"
     "  --store URL     sqlite:path.db, sqlite:///abs/path.db, postgres://user:pw@host/db,\n"
@@ -415,7 +416,7 @@ static const command commands[] = {
     { "release", cmd_release }, { "show", cmd_show },
     { "ls", cmd_ls },           { "run", cmd_run },
     { "fence", cmd_fence },     { "elect", cmd_elect },
-    { "leader", cmd_leader },
+    { "leader", cmd_leader },   { "agent", cmd_agent },
 };
 
 int main(int argc, char **argv)

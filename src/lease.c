@@ -139,9 +139,13 @@ int lease_acquire(lease_grant *out, lease_info *holder, lease_store *s,
         if (pause == 0)
             pause = 1;
         if (s->backend->wait_release && rc == LEASE_EBUSY) {
-            rc = s->backend->wait_release(s, key, pause);
-            if (rc < 0 && rc != LEASE_ETIMEOUT)
-                return acquire_failed(s, rc, start);
+            int64_t before = lease_clock_ns();
+            int wrc = s->backend->wait_release(s, key, pause);
+
+            /* A notification channel that failed (the store restarting)
+             * is one more store failure to retry: sleep out the pause. */
+            if (wrc < 0 && wrc != LEASE_ETIMEOUT)
+                lease__sleep_ns((int64_t)pause * 1000000 - (lease_clock_ns() - before));
         } else {
             lease__sleep_ns((int64_t)pause * 1000000);
         }

@@ -243,6 +243,36 @@ static int set_server_timeouts(pg_store *s, int64_t end)
     return rc;
 }
 
+/* Drive PQconnectPoll until connected, failed, or `end`. */
+static int connect_poll(pg_store *s, int64_t end)
+{
+    PostgresPollingStatusType st = PGRES_POLLING_WRITING;
+
+    /* Bounded by `end`: every pass polls the socket until then at most. */
+    while (st != PGRES_POLLING_OK && st != PGRES_POLLING_FAILED) {
+        int64_t left = (end - lease_clock_ns()) / 1000000;
+        struct pollfd p = { PQsocket(s->conn), 0, 0 };
+        int n;
+
+        if (left <= 0) {
+            int rc = lease__seterr(LEASE_ESTORE,
+                                   "cannot connect to postgres %s: no answer within "
+                                   "%llu ms",
+                                   s->parent.url_redacted ? s->parent.url_redacted : "",
+                                   (unsigned long long)s->timeout_ms);
+            drop(s);
+            return rc;
+        }
+        p.events = st == PGRES_POLLING_READING ? POLLIN : POLLOUT;
+        n = p.fd < 0 ? 0 : poll(&p, 1, (int)left);
+        if (n < 0 && errno != EINTR)
+            break;
+        if (n > 0 || p.fd < 0)
+            st = PQconnectPoll(s->conn);
+    }
+    return 0;
+}
+
 static void ignore_notice(void *arg, const char *message)
 {
     (void)arg;
@@ -276,9 +306,13 @@ static int ensure(pg_store *s, int64_t end)
             keys[2] = NULL;
             vals[1] = "lease";
         }
-        s->conn = PQconnectdbParams(keys, vals, 1);
+        /* Connect asynchronously, so the handle's timeout bounds it (libpq's
+         * connect_timeout counts whole seconds, at least 2). */
+        s->conn = PQconnectStartParams(keys, vals, 1);
         if (s->conn == NULL)
             return lease__seterr(LEASE_ENOMEM, "out of memory");
+        if ((rc = connect_poll(s, end)) < 0)
+            return rc;
         if (PQstatus(s->conn) != CONNECTION_OK) {
             rc = lease__seterr(LEASE_ESTORE, "cannot connect to postgres %s: %s",
                                s->parent.url_redacted ? s->parent.url_redacted
@@ -298,9 +332,14 @@ static int ensure(pg_store *s, int64_t end)
     return prepare_all(s, end);
 }
 
+/* The server gives up at the handle's timeout (statement_timeout,
+ * lock_timeout) and answers with a clean error; the client waits a little
+ * longer for that answer before it drops the connection as unanswered. */
+#define ANSWER_GRACE_MS 250
+
 static int64_t call_end(pg_store *s)
 {
-    return lease_clock_ns() + (int64_t)s->timeout_ms * 1000000;
+    return lease_clock_ns() + (int64_t)(s->timeout_ms + ANSWER_GRACE_MS) * 1000000;
 }
 
 /*
@@ -456,28 +495,42 @@ static char *fmt(const char *f, ...)
 static int build_sql(pg_store *s, int has_label, int has_ttl)
 {
     const char *L = s->lease_table, *F = s->fence_table, *D = s->data_table;
-    const char *label = has_label ? "l.holder_label" : "NULL::text";
-    const char *ttl = has_ttl ? "l.lease_ttl_ms" : "NULL::bigint";
+    /* The optional columns describe the grant whose token is in
+     * holder_token: a lease taken by the chapter's raw SQL leaves them as
+     * they were, and must not be shown with its predecessor's label. */
+    const char *label = has_label ? "CASE WHEN l.holder_token = l.fencing_token "
+                                    "THEN l.holder_label END"
+                                  : "NULL::text";
+    const char *ttl = has_ttl ? "CASE WHEN l.holder_token = l.fencing_token "
+                                "THEN l.lease_ttl_ms END"
+                              : "NULL::bigint";
+    const char *token_col = has_label || has_ttl ? ", holder_token" : "";
+    const char *token_val = has_label || has_ttl ? ", 1" : "";
+    const char *token_set = has_label || has_ttl
+        ? ", holder_token = CASE WHEN l.owner_id = EXCLUDED.owner_id "
+          "AND l.lease_until > clock_timestamp() THEN l.fencing_token "
+          "ELSE l.fencing_token + 1 END"
+        : "";
     int i;
 
     /* The chapter's upsert. One change: the owner that already holds the
      * unexpired lease may acquire again (a retry whose answer was lost)
      * and keeps its token, with a new expiry. */
     s->sql[ST_ACQUIRE] = fmt(
-        "INSERT INTO %s AS l (resource_key, owner_id, lease_until, fencing_token%s%s) "
-        "VALUES ($1, $2::uuid, clock_timestamp() + $3::interval, 1%s%s) "
+        "INSERT INTO %s AS l (resource_key, owner_id, lease_until, fencing_token%s%s%s) "
+        "VALUES ($1, $2::uuid, clock_timestamp() + $3::interval, 1%s%s%s) "
         "ON CONFLICT (resource_key) DO UPDATE "
         "SET owner_id = EXCLUDED.owner_id, "
         "lease_until = clock_timestamp() + $3::interval, "
         "fencing_token = CASE WHEN l.owner_id = EXCLUDED.owner_id "
         "AND l.lease_until > clock_timestamp() THEN l.fencing_token "
-        "ELSE l.fencing_token + 1 END%s%s "
+        "ELSE l.fencing_token + 1 END%s%s%s "
         "WHERE l.lease_until <= clock_timestamp() OR l.owner_id = EXCLUDED.owner_id "
         "RETURNING l.fencing_token",
-        L, has_label ? ", holder_label" : "", has_ttl ? ", lease_ttl_ms" : "",
-        has_label ? ", NULLIF($4, '')" : "", has_ttl ? ", $5::bigint" : "",
+        L, has_label ? ", holder_label" : "", has_ttl ? ", lease_ttl_ms" : "", token_col,
+        has_label ? ", NULLIF($4, '')" : "", has_ttl ? ", $5::bigint" : "", token_val,
         has_label ? ", holder_label = EXCLUDED.holder_label" : "",
-        has_ttl ? ", lease_ttl_ms = EXCLUDED.lease_ttl_ms" : "");
+        has_ttl ? ", lease_ttl_ms = EXCLUDED.lease_ttl_ms" : "", token_set);
     s->sql[ST_HOLDER] = fmt(
         "SELECT l.owner_id::text, %s, l.fencing_token, " REMAINING("l") ", %s "
         "FROM %s l WHERE l.resource_key = $1 AND " ALIVE("l"),
@@ -492,11 +545,12 @@ static int build_sql(pg_store *s, int has_label, int has_ttl)
      * round trip (sent on commit, so only for a release that happened). */
     s->sql[ST_RELEASE] = fmt(
         "WITH r AS (UPDATE %s SET owner_id = NULL, "
-        "lease_until = '-infinity'::timestamptz "
+        "lease_until = '-infinity'::timestamptz%s%s "
         "WHERE resource_key = $1 AND owner_id = $2::uuid AND fencing_token = $3 "
         "RETURNING resource_key) "
         "SELECT pg_notify('" NOTIFY_CHANNEL "', resource_key) FROM r",
-        L);
+        L, has_label ? ", holder_label = NULL" : "",
+        has_ttl ? ", lease_ttl_ms = NULL" : "");
     s->sql[ST_INSPECT] = fmt(
         "SELECT l.resource_key, l.owner_id::text, %s, l.fencing_token, "
         REMAINING("l") ", %s, " ALIVE("l") " "
@@ -559,7 +613,8 @@ static int setup_schema(pg_store *s, int *has_label, int *has_ttl)
               " lease_until timestamptz NOT NULL DEFAULT '-infinity'::timestamptz,"
               " fencing_token bigint NOT NULL DEFAULT 0 CHECK (fencing_token >= 0),"
               " holder_label text,"
-              " lease_ttl_ms bigint);"
+              " lease_ttl_ms bigint,"
+              " holder_token bigint);"
               "CREATE TABLE IF NOT EXISTS %s ("
               " resource text PRIMARY KEY,"
               " mark bigint NOT NULL CHECK (mark >= 0));"
@@ -603,8 +658,10 @@ static int setup_schema(pg_store *s, int *has_label, int *has_ttl)
 
     v[0] = s->lease_table;
     if (!PQsendQueryParams(s->conn,
-                           "SELECT coalesce(bool_or(attname = 'holder_label'), false), "
+                           "SELECT coalesce(bool_or(attname = 'holder_label'), false) "
+                           "AND coalesce(bool_or(attname = 'holder_token'), false), "
                            "coalesce(bool_or(attname = 'lease_ttl_ms'), false) "
+                           "AND coalesce(bool_or(attname = 'holder_token'), false) "
                            "FROM pg_attribute WHERE attrelid = $1::regclass "
                            "AND NOT attisdropped",
                            1, NULL, v, NULL, NULL, 0))
@@ -1172,8 +1229,9 @@ static int pg_advisory_txn(lease_store *base, int64_t lock_key, int try_only,
         return LEASE_ESTORE;
     if (PQresultStatus(res) != PGRES_TUPLES_OK) {
         const char *state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
-        /* 55P03 lock_not_available: lock_timeout ran out. */
-        rc = state && strcmp(state, "55P03") == 0
+        /* 55P03 lock_not_available (lock_timeout) or 57014 query_canceled
+         * (statement_timeout): the lock was not granted in time. */
+        rc = state && (strcmp(state, "55P03") == 0 || strcmp(state, "57014") == 0)
                  ? lease__seterr(LEASE_ETIMEOUT, "advisory lock %lld: not granted "
                                  "within %llu ms", (long long)lock_key,
                                  (unsigned long long)s->timeout_ms)
@@ -1197,6 +1255,8 @@ static int pg_wait_release(lease_store *base, const char *key, uint64_t timeout_
 {
     pg_store *s = (pg_store *)base;
     int64_t end = lease_clock_ns() + (int64_t)timeout_ms * 1000000;
+    char ek[ENC_SIZE];
+    const char *stored = enc(ek, key); /* notifications carry this form */
     int rc;
 
     if ((rc = ensure(s, call_end(s))) < 0)
@@ -1215,14 +1275,19 @@ static int pg_wait_release(lease_store *base, const char *key, uint64_t timeout_
         if (!PQconsumeInput(s->conn))
             return fail(s, "wait for release");
         while ((n = PQnotifies(s->conn)) != NULL) {
-            int match = strcmp(n->extra, key) == 0;
+            int match = strcmp(n->extra, stored) == 0;
             PQfreemem(n);
             if (match)
-                return 0;
+                return unlisten(s);
         }
         left = (end - lease_clock_ns()) / 1000000;
-        if (left <= 0)
+        if (left <= 0) {
+            /* Stop listening between waits: an idle listener would pile up
+             * every release in the database on this connection. */
+            if ((rc = unlisten(s)) < 0)
+                return rc;
             return LEASE_ETIMEOUT;
+        }
         p.fd = PQsocket(s->conn);
         p.events = POLLIN;
         p.revents = 0;

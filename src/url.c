@@ -122,11 +122,22 @@ int lease__url_parse(lease__url *u, const char *text)
         const char *at = NULL, *s;
 
         u->has_authority = 1;
-        /* The last '@' ends the user info: a password may hold '@'s only
-         * escaped, but be lenient and split at the last one. */
-        for (s = auth; s < auth_end; s++)
-            if (*s == '@')
-                at = s;
+        /* A password may hold '@' only escaped (%40). Readers disagree on
+         * where an unescaped one ends the user info (libpq takes the first,
+         * others the last), and a wrong split shows part of the password
+         * as a host name in their errors: refuse it. */
+        for (s = auth; s < auth_end; s++) {
+            if (*s != '@')
+                continue;
+            if (at) {
+                rc = lease__seterr(LEASE_EINVALID,
+                                   "the store URL has more than one '@' before the "
+                                   "host: write an '@' in a user name or password "
+                                   "as %%40");
+                goto fail;
+            }
+            at = s;
+        }
         if (at) {
             const char *colon = memchr(auth, ':', (size_t)(at - auth));
             u->user = decode(auth, (size_t)((colon ? colon : at) - auth), 0);

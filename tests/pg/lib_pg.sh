@@ -1,0 +1,100 @@
+# shellcheck shell=bash
+# lib_pg.sh - throw-away PostgreSQL servers for one test script.
+# Source it after setting PG_SERVER (path of scripts/pg-server.sh):
+#
+#   pg_tmpdir                      makes $PG_T (mktemp -d, reachable by the
+#                                  postgres user); the EXIT trap stops every
+#                                  server started here and removes $PG_T
+#   pg_free_port                   prints a loopback TCP port nobody listens on
+#   pg_start NAME [ROLE ARGS...]   starts a server in $PG_T/NAME on a free
+#                                  port (a few ports are tried, in case another
+#                                  process takes one first); sets PG_PORT
+#   pg_stop NAME                   stops it (-m immediate)
+#   pg_bg_register PID             the EXIT trap kills PID (a background
+#                                  client) before it stops the servers
+#
+# Every wait is bounded; failures print the server's log.
+
+pg_tmpdir() {
+    PG_T=$(mktemp -d "${TMPDIR:-/tmp}/lease-pg.XXXXXX") || {
+        echo "FATAL: mktemp -d failed" >&2
+        exit 1
+    }
+    # The server runs as `postgres`: it must reach the directories below.
+    chmod 0755 "$PG_T"
+    PG_NAMES=()
+    PG_PIDS=()
+    trap pg_cleanup EXIT
+    trap 'echo "interrupted" >&2; exit 130' INT TERM HUP
+}
+
+pg_cleanup() {
+    local rc=$? n
+    for n in ${PG_PIDS[@]+"${PG_PIDS[@]}"}; do
+        kill -KILL "$n" 2>/dev/null
+        wait "$n" 2>/dev/null
+    done
+    for n in ${PG_NAMES[@]+"${PG_NAMES[@]}"}; do
+        bash "$PG_SERVER" stop "$PG_T/$n" >/dev/null 2>&1 || true
+    done
+    if [ -n "${LEASE_TEST_KEEP:-}" ]; then
+        echo "kept $PG_T" >&2
+    else
+        rm -rf "$PG_T"
+    fi
+    exit $rc
+}
+
+# Is something listening on TCP port $1 (any address)? ss -ltn, or
+# /proc/net/tcp{,6} (state 0A) where ss is missing.
+pg_port_busy() {
+    if command -v ss >/dev/null 2>&1; then
+        [ -n "$(ss -Hltn "sport = :$1" 2>/dev/null)" ]
+    else
+        cat /proc/net/tcp /proc/net/tcp6 2>/dev/null |
+            awk -v p="$(printf '%04X' "$1")" '{ split($2, a, ":") } a[2] == p && $4 == "0A" { f = 1 } END { exit !f }'
+    fi
+}
+
+# A port in 20000..59999 that no socket listens on, starting from a random
+# one so that parallel runs rarely meet.
+pg_free_port() {
+    local p i
+    p=$((20000 + RANDOM % 40000))
+    for ((i = 0; i < 500; i++)); do
+        if ! pg_port_busy "$p"; then
+            echo "$p"
+            return 0
+        fi
+        p=$(((p - 20000 + 1) % 40000 + 20000))
+    done
+    echo "FATAL: no free port found" >&2
+    return 1
+}
+
+pg_start() {
+    local name=$1 try
+    shift
+    for ((try = 0; try < 5; try++)); do
+        PG_PORT=$(pg_free_port) || return 1
+        rm -rf "${PG_T:?}/$name"
+        PG_NAMES+=("$name")
+        if bash "$PG_SERVER" start "$PG_T/$name" "$PG_PORT" "$@" >"$PG_T/$name.start" 2>&1; then
+            return 0
+        fi
+        bash "$PG_SERVER" stop "$PG_T/$name" >/dev/null 2>&1 || true
+        echo "# starting $name on port $PG_PORT failed (try $((try + 1))):" >&2
+        sed 's/^/#   /' "$PG_T/$name.start" >&2
+        tail -n 5 "$PG_T/$name/log" 2>/dev/null | sed 's/^/#   log: /' >&2
+    done
+    echo "FATAL: could not start the PostgreSQL server $name" >&2
+    return 1
+}
+
+pg_stop() {
+    bash "$PG_SERVER" stop "$PG_T/$1"
+}
+
+pg_bg_register() {
+    PG_PIDS+=("$1")
+}

@@ -63,7 +63,9 @@ static const char *const scripts[SC_COUNT] = {
         "  local h = redis.call('HMGET', KEYS[1], 'owner', 'label', 'token', 'ttl_ms') "
         "  return {0, h[1], h[2], h[3], tostring(redis.call('PTTL', KEYS[1])), h[4]} "
         "end "
-        "local t = tostring(redis.call('INCR', KEYS[2])) "
+        /* GET after INCR: Lua numbers are doubles, the string is exact. */
+        "redis.call('INCR', KEYS[2]) "
+        "local t = redis.call('GET', KEYS[2]) "
         "redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'label', ARGV[2], "
         "           'token', t, 'ttl_ms', ARGV[3]) "
         "redis.call('PEXPIRE', KEYS[1], ARGV[3]) "
@@ -127,7 +129,7 @@ typedef struct {
     uint64_t timeout_ms;
 } redis_store;
 
-static int durability_warned;
+static _Atomic int durability_warned;
 
 /* ---- connection ------------------------------------------------------- */
 
@@ -320,6 +322,8 @@ static int ensure(redis_store *s)
         return rc;
     }
     check_durability(s);
+    if (s->ctx == NULL) /* the connection dropped during the check */
+        return LEASE_ESTORE;
     return 0;
 }
 
@@ -444,7 +448,11 @@ static int redis_acquire(lease_grant *out, lease_info *holder, lease_store *base
     args[4] = ttl;
     if ((rc = eval(&r, s, SC_ACQUIRE, 2, args, NULL, 5, "acquire")) < 0)
         return rc;
-    if (r->type != REDIS_REPLY_ARRAY || r->elements < 2) {
+    /* A reply of another shape is a store failure, never busy or success. */
+    if (r->type != REDIS_REPLY_ARRAY || r->elements < 2 ||
+        r->element[0]->type != REDIS_REPLY_INTEGER ||
+        (r->element[0]->integer == 1 && str_u64(r->element[1]) == 0) ||
+        (r->element[0]->integer != 1 && r->element[0]->integer != 0)) {
         freeReplyObject(r);
         return lease__seterr(LEASE_ESTORE, "redis acquire: odd reply");
     }
@@ -648,7 +656,9 @@ static int redis_fence_advance(uint64_t *mark, lease_store *base,
     snprintf(tok, sizeof(tok), "%llu", (unsigned long long)token);
     if ((rc = eval(&r, s, SC_FENCE, 1, args, NULL, 2, "fence")) < 0)
         return rc;
-    if (r->type != REDIS_REPLY_ARRAY || r->elements != 2) {
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
+        r->element[0]->type != REDIS_REPLY_INTEGER ||
+        r->element[1]->type != REDIS_REPLY_STRING) {
         freeReplyObject(r);
         return lease__seterr(LEASE_ESTORE, "redis fence: odd reply");
     }

@@ -1,0 +1,489 @@
+/*
+ * redis_store.c - Redis-specific behaviour of the store, through the public
+ * API, against the shared server of $LEASE_TEST_REDIS_URL (or argv[1]);
+ * without one it fails, it never skips.
+ *
+ *  - tokens are exact over the whole 64-bit range the library accepts
+ *    (Lua's numbers are doubles: 2^53 and beyond must not be rounded, and
+ *    no token may be printed as "1e+14");
+ *  - the store reloads its scripts when the server forgot them (NOSCRIPT);
+ *  - prefix= and /db keep stores apart;
+ *  - keys with glob characters, braces and colons list exactly;
+ *  - a password never shows in a message or in the redacted URL.
+ *
+ * The test talks to the server directly with hiredis only to set up a
+ * situation (a counter near a limit, a flushed script cache) and to look at
+ * the store's key layout; every check of behaviour goes through lease.h.
+ * Every run uses a fresh random key prefix, so the shared server needs no
+ * cleaning.
+ */
+#include <inttypes.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+#include <hiredis/hiredis.h>
+
+#include "lease.h"
+
+static const char *url;       /* the shared server */
+static char host[256];
+static int port;
+static char base[96];         /* "redis_store/<uuid>/" */
+static redisContext *raw;     /* a plain connection, for setting up */
+
+#define CHECK_RC(expected, call)                                              \
+    do {                                                                      \
+        int rc_ = (call);                                                     \
+        int exp_ = (expected);                                                \
+        if (rc_ != exp_)                                                      \
+            fail_msg("%s returned %s (%d), expected %s (%d); errmsg: %s",     \
+                     #call, lease_error_name(rc_), rc_,                       \
+                     lease_error_name(exp_), exp_, lease_errmsg());           \
+    } while (0)
+
+#define ASSERT_U64_EQ(a, b)                                                   \
+    do {                                                                      \
+        uint64_t a_ = (uint64_t)(a), b_ = (uint64_t)(b);                      \
+        if (a_ != b_)                                                         \
+            fail_msg("%s: expected %" PRIu64 ", got %" PRIu64, #a, b_, a_);   \
+    } while (0)
+
+/* ---- a raw connection ----------------------------------------------------- */
+
+/* redis://[user:password@]host:port[/db][?...]: host and port only (the
+ * shared server of the tests has neither password nor db). */
+static void parse_host_port(const char *u)
+{
+    const char *p = strstr(u, "://"), *at, *end, *colon;
+    size_t n;
+
+    assert_non_null(p);
+    p += 3;
+    end = p + strcspn(p, "/?");
+    at = memchr(p, '@', (size_t)(end - p));
+    if (at)
+        p = at + 1;
+    colon = memchr(p, ':', (size_t)(end - p));
+    n = (size_t)((colon ? colon : end) - p);
+    assert_true(n > 0 && n < sizeof(host));
+    memcpy(host, p, n);
+    host[n] = '\0';
+    port = colon ? atoi(colon + 1) : 6379;
+}
+
+static redisReply *cmd(const char *fmt, ...)
+{
+    va_list ap;
+    redisReply *r;
+
+    va_start(ap, fmt);
+    r = redisvCommand(raw, fmt, ap);
+    va_end(ap);
+    if (r == NULL)
+        fail_msg("raw redis command '%s' failed: %s", fmt, raw->errstr);
+    return r;
+}
+
+static void cmd_ok(const char *fmt, ...)
+{
+    va_list ap;
+    redisReply *r;
+
+    va_start(ap, fmt);
+    r = redisvCommand(raw, fmt, ap);
+    va_end(ap);
+    if (r == NULL)
+        fail_msg("raw redis command '%s' failed: %s", fmt, raw->errstr);
+    if (r->type == REDIS_REPLY_ERROR)
+        fail_msg("raw redis command '%s': %s", fmt, r->str);
+    freeReplyObject(r);
+}
+
+static int setup(void **state)
+{
+    char owner[LEASE_OWNER_BUFSZ];
+    struct timeval tv = { 5, 0 };
+
+    (void)state;
+    parse_host_port(url);
+    raw = redisConnectWithTimeout(host, port, tv);
+    if (raw == NULL || raw->err) {
+        fprintf(stderr, "cannot connect to %s:%d: %s\n", host, port,
+                raw ? raw->errstr : "out of memory");
+        return -1;
+    }
+    redisSetTimeout(raw, tv);
+    lease_owner_new(owner);
+    snprintf(base, sizeof(base), "redis_store/%s/", owner);
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    redisFree(raw);
+    return 0;
+}
+
+/* Every store a case opens, closed by the teardown (also when an
+ * assertion failed half-way). */
+static lease_store *opened[8];
+static int nopened;
+
+static lease_store *open_url(const char *u)
+{
+    lease_store *s = NULL;
+
+    assert_true(nopened < 8);
+    CHECK_RC(0, lease_store_open(&s, u));
+    opened[nopened++] = s;
+    return s;
+}
+
+/* The last list a case asked for: freed by the next list and by the
+ * teardown. */
+static lease_info *list_of_case;
+
+static lease_info *list_keys(size_t *n, lease_store *s, const char *prefix)
+{
+    lease_list_free(list_of_case);
+    list_of_case = NULL;
+    CHECK_RC(0, lease_list(&list_of_case, n, s, prefix));
+    return list_of_case;
+}
+
+static int close_stores(void **state)
+{
+    (void)state;
+    lease_list_free(list_of_case);
+    list_of_case = NULL;
+    while (nopened > 0)
+        lease_store_close(opened[--nopened]);
+    return 0;
+}
+
+static void key_name(char *out, size_t size, const char *name)
+{
+    snprintf(out, size, "%s%s", base, name);
+}
+
+static void new_opts(lease_acquire_opts *o, char owner[LEASE_OWNER_BUFSZ],
+                     uint64_t ttl_ms)
+{
+    lease_acquire_opts init = LEASE_ACQUIRE_OPTS_INIT;
+
+    *o = init;
+    lease_owner_new(owner);
+    o->owner = owner;
+    o->ttl_ms = ttl_ms;
+    o->label = "redis_store";
+}
+
+/* ---- tokens over the whole 64-bit range ------------------------------- */
+
+/* Set KEY's counter (the store's layout: lease:{KEY}:token) to `before`,
+ * then acquire, renew, inspect, release, fence and acquire again: every
+ * token must be exactly before + 1 (then + 2). */
+static void token_after(const char *name, const char *before, uint64_t expected)
+{
+    char key[256], ctr[320], owner[LEASE_OWNER_BUFSZ], res[280];
+    lease_acquire_opts o;
+    lease_grant g, g2;
+    lease_info info;
+    uint64_t mark = 0;
+    lease_store *s = open_url(url);
+
+    key_name(key, sizeof(key), name);
+    snprintf(ctr, sizeof(ctr), "lease:{%s}:token", key);
+    cmd_ok("SET %s %s", ctr, before);
+
+    new_opts(&o, owner, 30000);
+    CHECK_RC(0, lease_acquire(&g, NULL, s, key, &o));
+    ASSERT_U64_EQ(g.token, expected);
+    /* A retried acquire by the same owner: the same token. */
+    CHECK_RC(0, lease_acquire(&g2, NULL, s, key, &o));
+    ASSERT_U64_EQ(g2.token, expected);
+    CHECK_RC(0, lease_inspect(&info, s, key));
+    assert_true(info.held);
+    ASSERT_U64_EQ(info.token, expected);
+    /* Renew and release compare the stored token with the grant's. */
+    CHECK_RC(0, lease_renew(&g, s, 30000));
+    CHECK_RC(0, lease_release(s, &g));
+    CHECK_RC(0, lease_inspect(&info, s, key));
+    assert_false(info.held);
+    ASSERT_U64_EQ(info.token, expected);
+
+    /* The fence compares exactly too. */
+    snprintf(res, sizeof(res), "%sres", key);
+    CHECK_RC(0, lease_fence_advance(&mark, s, res, expected));
+    ASSERT_U64_EQ(mark, expected);
+    CHECK_RC(LEASE_ESTALE, lease_fence_advance(&mark, s, res, expected - 1));
+    ASSERT_U64_EQ(mark, expected);
+
+    if (expected < UINT64_C(9223372036854775807)) {
+        new_opts(&o, owner, 30000);
+        CHECK_RC(0, lease_acquire(&g, NULL, s, key, &o));
+        ASSERT_U64_EQ(g.token, expected + 1);
+        CHECK_RC(0, lease_release(s, &g));
+        CHECK_RC(0, lease_fence_advance(&mark, s, res, expected + 1));
+        ASSERT_U64_EQ(mark, expected + 1);
+    }
+}
+
+static void test_token_1e14(void **state)
+{
+    (void)state;
+    /* %.14g, Lua 5.1's number format, prints 1e14 as "1e+14". */
+    token_after("t-1e14", "99999999999999", UINT64_C(100000000000000));
+}
+
+static void test_token_2p53(void **state)
+{
+    (void)state;
+    /* 2^53 + 1 is the first integer a double cannot hold. */
+    token_after("t-2p53", "9007199254740992", UINT64_C(9007199254740993));
+}
+
+static void test_token_max(void **state)
+{
+    (void)state;
+    /* 2^63 - 1: the largest token lease_parse_token accepts. */
+    token_after("t-max", "9223372036854775806", UINT64_C(9223372036854775807));
+}
+
+static void test_fence_big_tokens(void **state)
+{
+    char res[256];
+    uint64_t mark = 0;
+    lease_store *s = open_url(url);
+
+    (void)state;
+    key_name(res, sizeof(res), "fence-big");
+    /* Decimal strings of different lengths, and of equal length. */
+    CHECK_RC(0, lease_fence_advance(&mark, s, res, UINT64_C(99999999999999)));
+    CHECK_RC(0, lease_fence_advance(&mark, s, res, UINT64_C(100000000000000)));
+    CHECK_RC(LEASE_ESTALE, lease_fence_advance(&mark, s, res, UINT64_C(99999999999999)));
+    ASSERT_U64_EQ(mark, UINT64_C(100000000000000));
+    CHECK_RC(0, lease_fence_advance(&mark, s, res, UINT64_C(9223372036854775806)));
+    CHECK_RC(LEASE_ESTALE, lease_fence_advance(&mark, s, res, UINT64_C(9223372036854775805)));
+    CHECK_RC(0, lease_fence_advance(&mark, s, res, UINT64_C(9223372036854775807)));
+    CHECK_RC(LEASE_ESTALE, lease_fence_advance(&mark, s, res, UINT64_C(9223372036854775806)));
+    CHECK_RC(0, lease_fence_mark(&mark, s, res));
+    ASSERT_U64_EQ(mark, UINT64_C(9223372036854775807));
+}
+
+/* ---- scripts forgotten by the server ------------------------------------ */
+
+static void test_noscript_reload(void **state)
+{
+    char key[256], key2[256], owner[LEASE_OWNER_BUFSZ], res[280];
+    lease_acquire_opts o;
+    lease_grant g, g2;
+    lease_info info;
+    uint64_t mark;
+    lease_store *s = open_url(url);
+
+    (void)state;
+    key_name(key, sizeof(key), "noscript");
+    key_name(key2, sizeof(key2), "noscript2");
+    snprintf(res, sizeof(res), "%sres", key);
+    new_opts(&o, owner, 30000);
+    CHECK_RC(0, lease_acquire(&g, NULL, s, key, &o));
+
+    /* The server forgets every script (as after a restart or a failover to
+     * a replica that never loaded them): each call must load them again. */
+    cmd_ok("SCRIPT FLUSH");
+    CHECK_RC(0, lease_renew(&g, s, 30000));
+    cmd_ok("SCRIPT FLUSH");
+    CHECK_RC(0, lease_inspect(&info, s, key));
+    ASSERT_U64_EQ(info.token, g.token);
+    cmd_ok("SCRIPT FLUSH");
+    CHECK_RC(0, lease_fence_advance(&mark, s, res, g.token));
+    cmd_ok("SCRIPT FLUSH");
+    CHECK_RC(0, lease_guarded_put(s, &g, res, "v", 1));
+    cmd_ok("SCRIPT FLUSH");
+    new_opts(&o, owner, 30000);
+    CHECK_RC(0, lease_acquire(&g2, NULL, s, key2, &o));
+    cmd_ok("SCRIPT FLUSH");
+    CHECK_RC(0, lease_release(s, &g));
+    CHECK_RC(0, lease_release(s, &g2));
+}
+
+/* ---- prefix= and /db ------------------------------------------------------ */
+
+static void test_prefix_and_db_isolation(void **state)
+{
+    char key[256], owner[LEASE_OWNER_BUFSZ], u[4][512], lk[400];
+    lease_acquire_opts o;
+    lease_grant g[4];
+    lease_info *list = NULL;
+    size_t n = 0;
+    lease_store *s[4];
+    redisReply *r;
+    int i;
+
+    (void)state;
+    key_name(key, sizeof(key), "iso");
+    snprintf(u[0], sizeof(u[0]), "%s%sprefix=pa:", url, strchr(url, '?') ? "&" : "?");
+    snprintf(u[1], sizeof(u[1]), "%s%sprefix=pb:", url, strchr(url, '?') ? "&" : "?");
+    snprintf(u[2], sizeof(u[2]), "redis://%s:%d/1?prefix=pa:", host, port);
+    snprintf(u[3], sizeof(u[3]), "redis://%s:%d/2?prefix=pa:", host, port);
+    for (i = 0; i < 4; i++)
+        s[i] = open_url(u[i]);
+    /* The same key in four stores: four first holders, each token 1. */
+    for (i = 0; i < 4; i++) {
+        new_opts(&o, owner, 30000);
+        CHECK_RC(0, lease_acquire(&g[i], NULL, s[i], key, &o));
+        ASSERT_U64_EQ(g[i].token, 1);
+    }
+    /* Each store lists only its own key. */
+    for (i = 0; i < 4; i++) {
+        list = list_keys(&n, s[i], base);
+        assert_int_equal((int)n, 1);
+        assert_string_equal(list[0].owner, g[i].owner);
+    }
+    /* The layout: <prefix>{key}:lease, in the URL's database. */
+    snprintf(lk, sizeof(lk), "pb:{%s}:lease", key);
+    r = cmd("HGET %s owner", lk);
+    assert_int_equal(r->type, REDIS_REPLY_STRING);
+    assert_string_equal(r->str, g[1].owner);
+    freeReplyObject(r);
+    cmd_ok("SELECT 2");
+    snprintf(lk, sizeof(lk), "pa:{%s}:lease", key);
+    r = cmd("HGET %s owner", lk);
+    assert_int_equal(r->type, REDIS_REPLY_STRING);
+    assert_string_equal(r->str, g[3].owner);
+    freeReplyObject(r);
+    cmd_ok("SELECT 0");
+    for (i = 0; i < 4; i++) {
+        CHECK_RC(0, lease_release(s[i], &g[i]));
+    }
+}
+
+/* ---- keys with glob characters, braces and colons --------------------------- */
+
+static void test_odd_keys_list_exactly(void **state)
+{
+    static const char *const names[] = {
+        "g/a*b", "g/a?b", "g/a[b]", "g/a\\b", "g/{x}", "g/a}b", "g/a{b",
+        "g/a:token", "g/a:lease", "g/ab",
+    };
+    const size_t count = sizeof(names) / sizeof(names[0]);
+    char key[256], prefix[256], owner[LEASE_OWNER_BUFSZ];
+    lease_acquire_opts o;
+    lease_grant g;
+    lease_info *list = NULL, info;
+    size_t n = 0, i;
+    lease_store *s = open_url(url);
+
+    (void)state;
+    for (i = 0; i < count; i++) {
+        key_name(key, sizeof(key), names[i]);
+        new_opts(&o, owner, 30000);
+        CHECK_RC(0, lease_acquire(&g, NULL, s, key, &o));
+        ASSERT_U64_EQ(g.token, 1);
+        CHECK_RC(0, lease_inspect(&info, s, key));
+        assert_string_equal(info.owner, owner);
+    }
+    key_name(prefix, sizeof(prefix), "g/");
+    list = list_keys(&n, s, prefix);
+    if (n != count)
+        fail_msg("list('g/') found %zu keys, expected %zu", n, count);
+    /* A prefix with glob characters matches itself only. */
+    key_name(prefix, sizeof(prefix), "g/a*");
+    list = list_keys(&n, s, prefix);
+    assert_int_equal((int)n, 1);
+    key_name(key, sizeof(key), "g/a*b");
+    assert_string_equal(list[0].key, key);
+    key_name(prefix, sizeof(prefix), "g/a?");
+    list = list_keys(&n, s, prefix);
+    assert_int_equal((int)n, 1);
+    key_name(prefix, sizeof(prefix), "g/a[");
+    list = list_keys(&n, s, prefix);
+    assert_int_equal((int)n, 1);
+    key_name(prefix, sizeof(prefix), "g/a:");
+    list = list_keys(&n, s, prefix);
+    assert_int_equal((int)n, 2);
+}
+
+/* ---- passwords ----------------------------------------------------------- */
+
+static void test_password_never_shown(void **state)
+{
+    static const char pw[] = "Very-Secret-pw-42";
+    char u[512];
+    lease_store *s = NULL;
+    int rc;
+
+    (void)state;
+    /* The shared server has no password: AUTH fails, and says so without
+     * the password. */
+    snprintf(u, sizeof(u), "redis://someone:%s@%s:%d/0", pw, host, port);
+    lease_error_clear();
+    rc = lease_store_open(&s, u);
+    assert_null(s);
+    CHECK_RC(LEASE_ESTORE, rc);
+    if (strstr(lease_errmsg(), pw))
+        fail_msg("the password shows in: %s", lease_errmsg());
+    assert_true(lease_errmsg()[0] != '\0');
+
+    /* Without a user name too. */
+    snprintf(u, sizeof(u), "redis://:%s@%s:%d", pw, host, port);
+    rc = lease_store_open(&s, u);
+    CHECK_RC(LEASE_ESTORE, rc);
+    if (strstr(lease_errmsg(), pw))
+        fail_msg("the password shows in: %s", lease_errmsg());
+
+    /* The redacted URL of an open store hides it (no password: as is). */
+    s = open_url(url);
+    assert_null(strstr(lease_store_url_redacted(s), "***"));
+    assert_string_equal(lease_store_scheme(s), "redis");
+}
+
+int main(int argc, char **argv)
+{
+    /* Two groups, run as two ctest tests so that each failure has a name:
+     * "tokens" (issued tokens over the whole 64-bit range) and "store"
+     * (everything else). No group argument: both. */
+    const struct CMUnitTest tokens[] = {
+        cmocka_unit_test_teardown(test_token_1e14, close_stores),
+        cmocka_unit_test_teardown(test_token_2p53, close_stores),
+        cmocka_unit_test_teardown(test_token_max, close_stores),
+    };
+    const struct CMUnitTest store[] = {
+        cmocka_unit_test_teardown(test_fence_big_tokens, close_stores),
+        cmocka_unit_test_teardown(test_noscript_reload, close_stores),
+        cmocka_unit_test_teardown(test_prefix_and_db_isolation, close_stores),
+        cmocka_unit_test_teardown(test_odd_keys_list_exactly, close_stores),
+        cmocka_unit_test_teardown(test_password_never_shown, close_stores),
+    };
+    const char *group = argc > 2 ? argv[2] : "";
+    int failed = 0;
+
+    url = argc > 1 ? argv[1] : getenv("LEASE_TEST_REDIS_URL");
+    if (url == NULL || url[0] == '\0') {
+        fprintf(stderr, "redis_store: no server: pass a redis:// URL or set "
+                        "LEASE_TEST_REDIS_URL (scripts/test.sh starts one)\n");
+        return 1;
+    }
+    if (strncmp(url, "redis://", 8) != 0) {
+        fprintf(stderr, "redis_store: '%s' is not a redis:// URL\n", url);
+        return 1;
+    }
+    if (strcmp(group, "") != 0 && strcmp(group, "tokens") != 0 &&
+        strcmp(group, "store") != 0) {
+        fprintf(stderr, "usage: redis_store [URL [tokens|store]]\n");
+        return 1;
+    }
+    if (group[0] == '\0' || strcmp(group, "tokens") == 0)
+        failed += cmocka_run_group_tests_name("tokens", tokens, setup, teardown);
+    if (group[0] == '\0' || strcmp(group, "store") == 0)
+        failed += cmocka_run_group_tests_name("store", store, setup, teardown);
+    return failed ? 1 : 0;
+}

@@ -108,9 +108,8 @@ int cmd_leader(cli_globals *g, cli_args *a)
             strcmp(cur.owner, last.owner) != 0) {
             print_leader(g, name, &cur);
             last = cur;
+            /* The first line is the state found, then N transitions. */
             if (seen++ && count && (uint64_t)seen > count)
-                break;
-            if (count && (uint64_t)seen >= count)
                 break;
         }
         if (end && lease_clock_ns() >= end)

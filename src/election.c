@@ -14,6 +14,7 @@ struct lease_election {
     const lease_backend *backend;
     lease_stepdown_cb on_stepdown;
     void *payload;
+    _Atomic int stepped; /* leadership ended: counted and logged once */
 };
 
 static int election_key(char *key, size_t size, const char *name)
@@ -34,6 +35,7 @@ static void stepped_down(lease_keeper *k, int reason, void *payload)
     lease_election *e = payload;
 
     (void)k;
+    atomic_store(&e->stepped, 1);
     lease__metric_leader(e->backend->name);
     lease__log_state(LEASE_LOG_WARN, "stepped_down", e->backend->name, &e->grant,
                      reason == LEASE_ELOST
@@ -122,13 +124,14 @@ const lease_grant *lease_election_grant(const lease_election *e)
 
 int lease_resign(lease_election *e)
 {
-    int leading, rc;
+    int rc;
 
     if (e == NULL)
         return 0;
-    leading = lease_keeper_state_get(e->keeper) == LEASE_KEEPER_HELD;
+    /* After the join: a renewal failing during the resign has stepped
+     * down (and counted) already, and must not be counted twice. */
     rc = lease_keeper_stop(NULL, e->keeper, 1);
-    if (leading) {
+    if (!atomic_load(&e->stepped)) {
         lease__metric_leader(e->backend->name);
         lease__log_state(LEASE_LOG_INFO, "stepped_down", e->backend->name,
                          &e->grant, "resigned");

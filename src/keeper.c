@@ -99,7 +99,14 @@ static void *run(void *arg)
             }
             left -= quarter;
         }
-        lease_store_set_timeout(k->store, (uint64_t)left / 1000000 + 1);
+        /* ...and by the renewal period, so that one attempt stuck on an
+         * unresponsive member leaves time to retry through another. */
+        {
+            uint64_t bound = (uint64_t)left / 1000000 + 1;
+            if (bound > k->every_ms)
+                bound = k->every_ms;
+            lease_store_set_timeout(k->store, bound);
+        }
         rc = lease_renew(&k->grant, k->store, k->grant.ttl_ms);
         if (rc == 0) {
             atomic_store(&k->deadline_ns, k->grant.deadline_ns);

@@ -71,7 +71,7 @@ void lease__log_state(lease_log_level level, const char *event,
 /* metrics.c */
 void lease__metric_acquire(const char *store, int rc, int64_t wait_ns);
 void lease__metric_renew(const char *store, int ok);
-void lease__metric_loss(const char *store, int expired);
+void lease__metric_loss(const char *store, int uncertain);
 void lease__metric_held(const char *store, int64_t held_ns);
 void lease__metric_leader(const char *store);
 void lease__metric_fenced(const char *store);

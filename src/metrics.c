@@ -76,9 +76,9 @@ void lease__metric_renew(const char *store, int ok)
     atomic_fetch_add(ok ? &m.renewals[s] : &m.renewal_failures[s], 1);
 }
 
-void lease__metric_loss(const char *store, int expired)
+void lease__metric_loss(const char *store, int uncertain)
 {
-    atomic_fetch_add(&m.losses[store_index(store)][expired ? 1 : 0], 1);
+    atomic_fetch_add(&m.losses[store_index(store)][uncertain ? 1 : 0], 1);
 }
 
 void lease__metric_held(const char *store, int64_t held_ns)
@@ -178,7 +178,7 @@ static void hist(sbuf *b, const char *name, const char *help, histogram *hs,
 int lease_metrics_text(char **out)
 {
     static const char *const outcomes[] = { "granted", "busy", "error" };
-    static const char *const reasons[] = { "lost", "expired" };
+    static const char *const reasons[] = { "lost", "uncertain" };
     sbuf b = { NULL, 0, 0, 0 };
     size_t s, o;
 
@@ -196,8 +196,8 @@ int lease_metrics_text(char **out)
     counter(&b, "lease_renewals_total", "Successful renewals.", m.renewals, 1);
     counter(&b, "lease_renewal_failures_total", "Failed renewals.",
             m.renewal_failures, 1);
-    put(&b, "# HELP lease_losses_total Leases lost (the store said so) or expired "
-            "(the local deadline passed) while held.\n"
+    put(&b, "# HELP lease_losses_total Leases lost while held: the store said so "
+            "(lost), or renewals failed (uncertain).\n"
             "# TYPE lease_losses_total counter\n");
     for (s = 0; s < NSTORES; s++)
         for (o = 0; o < 2; o++)

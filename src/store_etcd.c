@@ -225,8 +225,23 @@ static int post(json_t **out, etcd_store *s, const char *path, json_t *req,
         b->scanned = 0;
         cc = curl_easy_perform(s->curl);
         curl_slist_free_all(hdr);
-        if (cc == CURLE_OK || !not_sent(cc)) {
+        if (cc == CURLE_OPERATION_TIMEDOUT && !stream) {
+            /* A member that is down drops the connection attempt instead
+             * of refusing it: a timeout before any connection was made
+             * sent nothing, so the next member may have the request. */
+            curl_off_t connected = 0;
+            curl_easy_getinfo(s->curl, CURLINFO_CONNECT_TIME_T, &connected);
+            if (connected == 0)
+                cc = CURLE_COULDNT_CONNECT;
+        }
+        if (cc == CURLE_OK) {
             s->current = idx;
+            break;
+        }
+        if (!not_sent(cc)) {
+            /* Reached but unanswered: the outcome is unknown, and the next
+             * request of this handle starts with another member. */
+            s->current = (idx + 1) % s->nendpoints;
             break;
         }
     }

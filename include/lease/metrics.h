@@ -7,7 +7,9 @@
  *   lease_renewals_total{store}
  *   lease_renewal_failures_total{store}
  *   lease_losses_total{store,reason}          reason: lost (the store said so),
- *                                             expired (the local deadline passed)
+ *                                             uncertain (renewals failed: the
+ *                                             local deadline passed, or a leader
+ *                                             stepped down at the first failure)
  *   lease_held_seconds{store}                 histogram: acquire to release/loss
  *   lease_leader_transitions_total{store}     elections won and lost
  *   lease_fence_rejections_total{store}       stale tokens rejected by fencing

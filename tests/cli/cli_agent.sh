@@ -1,0 +1,236 @@
+#!/usr/bin/env bash
+# cli_agent: `lease agent` - two agents on loopback campaign for one name;
+# exactly one leads, both serve the same leader on /leader, /healthz is ok,
+# /metrics passes `promtool check metrics`; kill -9 of the leading agent and
+# the other takes over with a greater epoch; SIGTERM resigns; bad input.
+#
+# No assertion here is about durations: every wait is a bounded loop.
+. "$(dirname "$0")/lib.sh" "$@"
+
+for tool in curl promtool ss shuf; do
+    if ! command -v "$tool" >/dev/null 2>&1; then
+        echo "FATAL: '$tool' is required by cli_agent but was not found in PATH" >&2
+        exit 1
+    fi
+done
+
+DB=$T/agent.db
+export LEASE_STORE=sqlite://$DB
+
+# free_port: a free loopback port in $PORT (bounded: 100 candidates), never
+# one handed out before in this script.
+USED_PORTS=" "
+free_port() {
+    local p
+    for p in $(shuf -i 20000-60000 -n 100); do
+        case $USED_PORTS in *" $p "*) continue ;; esac
+        if ! ss -Htln "sport = :$p" | grep -q .; then
+            USED_PORTS="$USED_PORTS$p "
+            PORT=$p
+            return 0
+        fi
+    done
+    return 1
+}
+
+# get PORT PATH: the body of GET http://127.0.0.1:PORT/PATH (bounded).
+get() {
+    curl -s --noproxy "*" --max-time 2 "http://127.0.0.1:$1$2"
+}
+
+# lead PORT: the agent's /leader as "this_agent_leads epoch label".
+lead() {
+    get "$1" /leader | jq -r '[.this_agent_leads, .epoch, .label] | map(tostring) | join(" ")' 2>/dev/null
+}
+
+healthy() {
+    [ "$(get "$1" /healthz | jq -r .ok 2>/dev/null)" = true ]
+}
+
+# exactly_one_leads: one agent says this_agent_leads, the other does not,
+# and both show the same leader (epoch and label).
+exactly_one_leads() {
+    local a b
+    a=$(lead "$PA") && b=$(lead "$PB") || return 1
+    case "${a%% *} ${b%% *}" in "true false" | "false true") ;; *) return 1 ;; esac
+    [ "${a#* }" = "${b#* }" ]
+}
+
+# leads_with PORT LABEL MIN_EPOCH: the agent at PORT leads with a greater
+# epoch than MIN_EPOCH, under its own label.
+leads_with() {
+    get "$1" /leader | jq -e --arg l "$2" --argjson e "$3" \
+        '.this_agent_leads == true and .leader == true and .label == $l and .epoch > $e' \
+        >/dev/null 2>&1
+}
+
+# metric FILE SERIES: the value of one series in a scraped text.
+metric() {
+    awk -v s="$2" '$1 == s { print $2; found = 1 } END { if (!found) print "missing" }' "$1"
+}
+
+# our_agent PID PORT: the agent PID runs and answers on PORT for "svc".
+our_agent() {
+    ! process_exited "$1" && healthy "$2" &&
+        [ "$(get "$2" /leader | jq -r .name 2>/dev/null)" = svc ]
+}
+
+# start_agent LABEL: start `lease agent svc --label LABEL` on a free port;
+# sets PID_<LABEL> and P<LABEL>. Another program may take the port between
+# the check and the bind (tests of other stores start servers on random
+# ports): an agent that cannot listen exits, and the next port is tried
+# (at most 5). Each agent is registered with bg_register, so lib.sh's exit
+# trap kills it whatever way this script ends.
+start_agent() {
+    local label=$1 lc attempt pid i
+    lc=$(echo "$label" | tr 'A-Z' 'a-z')
+    for attempt in 1 2 3 4 5; do
+        free_port || die "no free loopback port"
+        "$LEASE" agent svc --listen "127.0.0.1:$PORT" --ttl 1s --label "$label" --json \
+            >"$T/$lc.out" 2>"$T/$lc.err" &
+        pid=$!
+        bg_register "$pid"
+        for ((i = 0; i < 200; i++)); do
+            if process_exited "$pid" || our_agent "$pid" "$PORT"; then
+                break
+            fi
+            sleep 0.05
+        done
+        if our_agent "$pid" "$PORT"; then
+            printf -v "PID_$label" '%s' "$pid"
+            printf -v "P$label" '%s' "$PORT"
+            echo "    agent $label: pid $pid, port $PORT"
+            pass
+            return 0
+        fi
+        echo "    agent $label on port $PORT did not come up: $(head -c 400 "$T/$lc.err")"
+        if is_my_child "$pid"; then
+            kill_tree "$pid"
+        fi
+        wait "$pid" 2>/dev/null
+    done
+    die "agent $label never came up"
+}
+
+# On a failed check, show what the agents said.
+show_agents() {
+    local f
+    for f in a.out a.err b.out b.err; do
+        echo "    $f: $(head -c 1000 "$T/$f" 2>/dev/null)"
+    done
+}
+
+section "(a) two agents: exactly one leads, both agree"
+start_agent A
+start_agent B
+WAIT_TRIES=400 wait_for "exactly one agent leads and both agree" exactly_one_leads || show_agents
+LA=$(get "$PA" /leader)
+LB=$(get "$PB" /leader)
+echo "    A: $LA"
+echo "    B: $LB"
+assert_eq "$(jget "$LA" '.this_agent_leads') $(jget "$LB" '.this_agent_leads')" \
+    "$(if [ "$(jget "$LA" .this_agent_leads)" = true ]; then echo 'true false'; else echo 'false true'; fi)" \
+    "one agent leads, the other does not"
+assert_eq "$(jget "$LA" .epoch)" "$(jget "$LB" .epoch)" "both agents show the same epoch"
+assert_eq "$(jget "$LA" .label)" "$(jget "$LB" .label)" "both agents show the same label"
+assert_eq "$(jget "$LA" .owner)" "$(jget "$LB" .owner)" "both agents show the same owner"
+assert_eq "$(jget "$LA" '[.name, .leader] | map(tostring) | join(" ")')" "svc true" "A: name, leader"
+assert_eq "$(jget "$LB" '[.name, .leader] | map(tostring) | join(" ")')" "svc true" "B: name, leader"
+assert_match "$(jget "$LA" .epoch)" '^[1-9][0-9]*$' "the epoch is a number >= 1"
+assert_match "$(jget "$LA" .owner)" "$UUID_RE" "the owner is a UUID"
+if [ "$(jget "$LA" .this_agent_leads)" = true ]; then
+    LEADER=A; L_PID=$PID_A; L_PORT=$PA; FOLLOWER=B; F_PID=$PID_B; F_PORT=$PB
+else
+    LEADER=B; L_PID=$PID_B; L_PORT=$PB; FOLLOWER=A; F_PID=$PID_A; F_PORT=$PA
+fi
+EPOCH=$(jget "$LA" .epoch)
+assert_eq "$(jget "$LA" .label)" "$LEADER" "the label is the leading agent's --label"
+call "$LEASE" leader svc --json
+assert_eq "$(jget "$OUT" '[.leader, .epoch, .label] | map(tostring) | join(" ")')" "true $EPOCH $LEADER" \
+    "lease leader agrees with the agents"
+assert_eq "$(grep -c '"event":"leading"' "$T/$(echo "$LEADER" | tr AB ab).out")" 1 \
+    "the leading agent logged one leading event"
+assert_eq "$(grep -c '"event":"leading"' "$T/$(echo "$FOLLOWER" | tr AB ab).out")" 0 \
+    "the other agent logged none"
+
+section "(b) /healthz, /metrics, other paths"
+for p in "$PA" "$PB"; do
+    H=$(get "$p" /healthz)
+    assert_eq "$(jget "$H" '[.ok, .store] | map(tostring) | join(" ")')" "true sqlite" \
+        "/healthz on $p: ok, store"
+    ctype=$(curl -s --noproxy "*" --max-time 2 -o "$T/metrics.$p" -w '%{http_code} %{content_type}' \
+        "http://127.0.0.1:$p/metrics")
+    assert_eq "$ctype" "200 text/plain; version=0.0.4" "/metrics on $p: 200, Prometheus text"
+    if promtool check metrics <"$T/metrics.$p" >"$T/promtool.$p" 2>&1; then pass; else
+        fail "/metrics on $p: promtool check metrics failed: $(head -c 800 "$T/promtool.$p")"
+    fi
+    assert_eq "$(curl -s --noproxy "*" --max-time 2 -o /dev/null -w '%{http_code}' "http://127.0.0.1:$p/nope")" 404 \
+        "an unknown path on $p: 404"
+    assert_eq "$(curl -s --noproxy "*" --max-time 2 -o /dev/null -w '%{http_code}' -X POST "http://127.0.0.1:$p/leader")" 405 \
+        "POST /leader on $p: 405"
+done
+assert_gt "$(metric "$T/metrics.$L_PORT" 'lease_leader_transitions_total{store="sqlite"}')" 0 \
+    "the leading agent counted its election"
+assert_gt "$(metric "$T/metrics.$L_PORT" 'lease_acquisitions_total{store="sqlite",outcome="granted"}')" 0 \
+    "the leading agent counted a granted acquisition"
+assert_gt "$(metric "$T/metrics.$F_PORT" 'lease_acquisitions_total{store="sqlite",outcome="busy"}')" 0 \
+    "the other agent counted busy campaigns"
+assert_eq "$(metric "$T/metrics.$F_PORT" 'lease_acquisitions_total{store="sqlite",outcome="granted"}')" 0 \
+    "the other agent never won"
+
+section "(c) kill -9 of the leading agent ($LEADER): $FOLLOWER takes over"
+kill -KILL "$L_PID"
+wait "$L_PID" 2>/dev/null
+WAIT_TRIES=400 wait_for "$FOLLOWER leads with an epoch greater than $EPOCH" \
+    leads_with "$F_PORT" "$FOLLOWER" "$EPOCH" || show_agents
+LF=$(get "$F_PORT" /leader)
+echo "    $FOLLOWER: $LF"
+assert_gt "$(jget "$LF" .epoch)" "$EPOCH" "the new leader's epoch is greater"
+assert_eq "$(jget "$LF" '[.this_agent_leads, .leader, .label] | map(tostring) | join(" ")')" \
+    "true true $FOLLOWER" "the surviving agent leads, under its label"
+NEW_EPOCH=$(jget "$LF" .epoch)
+call "$LEASE" leader svc --json
+assert_eq "$(jget "$OUT" '[.leader, .epoch, .label] | map(tostring) | join(" ")')" \
+    "true $NEW_EPOCH $FOLLOWER" "lease leader agrees with the surviving agent"
+curl -s --noproxy "*" --max-time 2 -o "$T/metrics.after" "http://127.0.0.1:$F_PORT/metrics"
+if promtool check metrics <"$T/metrics.after" >"$T/promtool.after" 2>&1; then pass; else
+    fail "/metrics after the takeover: promtool check metrics failed: $(head -c 800 "$T/promtool.after")"
+fi
+assert_gt "$(metric "$T/metrics.after" 'lease_leader_transitions_total{store="sqlite"}')" 0 \
+    "the new leader counted its election"
+
+section "(d) SIGTERM: the agent resigns and exits 0"
+kill -TERM "$F_PID"
+wait_exit "$F_PID" agent_rc "the surviving agent after SIGTERM"
+assert_eq "$agent_rc" 0 "the agent exits 0 after SIGTERM"
+call "$LEASE" leader svc --json
+assert_eq "$(jget "$OUT" '[.leader, .epoch] | map(tostring) | join(" ")')" "false $NEW_EPOCH" \
+    "after SIGTERM nobody leads: the agent resigned"
+
+section "(e) bad input"
+call "$LEASE" agent svc
+expect_error 2 "agent without --listen"
+call "$LEASE" agent svc --listen garbage
+expect_error 2 "agent --listen garbage"
+call "$LEASE" agent svc --listen 127.0.0.1
+expect_error 2 "agent --listen without a port"
+call "$LEASE" agent svc --listen 127.0.0.1:0
+expect_error 2 "agent --listen port 0"
+call "$LEASE" agent svc --listen 127.0.0.1:65536
+expect_error 2 "agent --listen port 65536"
+call "$LEASE" agent svc --listen 127.0.0.1:http
+expect_error 2 "agent --listen with a port name"
+call "$LEASE" agent svc --listen
+expect_error 2 "agent --listen without a value"
+call "$LEASE" agent --listen "127.0.0.1:$PA"
+expect_error 2 "agent without NAME"
+call "$LEASE" agent "" --listen "127.0.0.1:$PA"
+expect_error 2 "agent with an empty NAME"
+call "$LEASE" agent "$(printf 'n%.0s' $(seq 247))" --listen "127.0.0.1:$PA"
+expect_error 2 "agent with a 247-byte NAME"
+call "$LEASE" agent svc --listen "127.0.0.1:$PA" --ttl 0
+expect_error 2 "agent --ttl 0"
+call "$LEASE" agent svc --listen "127.0.0.1:$PA" --nope
+expect_error 2 "agent with an unknown option"
+
+finish

@@ -6,7 +6,7 @@ set -euo pipefail
 packages=(
   gcc make cmake pkg-config
   libsqlite3-dev libpq-dev libhiredis-dev libcurl4-openssl-dev libmicrohttpd-dev uuid-dev libjansson-dev   # the library and the CLI
-  libcmocka-dev sqlite3 jq postgresql-15 redis-server redis-sentinel redis-tools etcd-server etcd-client prometheus curl iproute2 coreutils util-linux   # the tests
+  libcmocka-dev sqlite3 jq postgresql-15 redis-server redis-sentinel redis-tools etcd-server etcd-client prometheus curl openssl iproute2 coreutils util-linux   # the tests
 )
 
 missing=()

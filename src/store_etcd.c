@@ -387,6 +387,19 @@ static json_t *cmp(json_t *key, const char *target, const char *result,
                      "result", result, field, value);
 }
 
+/* The compares of "(key, owner, token) is the current lease": the key was
+ * created at `token` (an expired or released key is gone) and holds this
+ * owner. Every write on behalf of a holder is guarded by them. */
+static json_t *is_holder(etcd_store *s, const char *key, const char *owner,
+                         uint64_t token)
+{
+    return json_pack("[o, o]",
+                     cmp(jkey(s, "lease/", key), "CREATE", "EQUAL", "create_revision",
+                         json_integer((json_int_t)token)),
+                     cmp(jkey(s, "lease/", key), "VALUE", "EQUAL", "value",
+                         jstr64(owner)));
+}
+
 static void pad(char out[PAD + 1], uint64_t v)
 {
     snprintf(out, PAD + 1, "%0*llu", PAD, (unsigned long long)v);
@@ -558,12 +571,8 @@ static int holder_lease(int64_t *id, etcd_store *s, const char *key,
     int rc, ok;
 
     rc = call(&res, s, "/v3/kv/txn",
-              json_pack("{s:[o, o], s:[o]}",
-                        "compare",
-                        cmp(jkey(s, "lease/", key), "CREATE", "EQUAL",
-                            "create_revision", json_integer((json_int_t)token)),
-                        cmp(jkey(s, "lease/", key), "VALUE", "EQUAL", "value",
-                            jstr64(owner)),
+              json_pack("{s:o, s:[o]}",
+                        "compare", is_holder(s, key, owner, token),
                         "success", op_range(jkey(s, "lease/", key))),
               what);
     if (rc < 0)
@@ -613,12 +622,8 @@ static int move_to_new_lease(uint64_t *granted_ms, etcd_store *s, const char *ke
         return lease__seterr(LEASE_ENOMEM, "out of memory");
     }
     rc = call(&res, s, "/v3/kv/txn",
-              json_pack("{s:[o, o], s:[o, o]}",
-                        "compare",
-                        cmp(jkey(s, "lease/", key), "CREATE", "EQUAL",
-                            "create_revision", json_integer((json_int_t)token)),
-                        cmp(jkey(s, "lease/", key), "VALUE", "EQUAL", "value",
-                            jstr64(owner)),
+              json_pack("{s:o, s:[o, o]}",
+                        "compare", is_holder(s, key, owner, token),
                         "success", op_put(jkey(s, "lease/", key), jstr64(owner), id),
                         op_put(jkey(s, "meta/", key), jstr64(metatext), id)),
               "renew");
@@ -670,12 +675,8 @@ static int etcd_release(lease_store *base, const char *key, const char *owner,
     /* Delete only if the key is still the one created at `token` and
      * held by this owner; read its etcd lease on the way, then revoke. */
     rc = call(&res, s, "/v3/kv/txn",
-              json_pack("{s:[o, o], s:[o, o, o]}",
-                        "compare",
-                        cmp(jkey(s, "lease/", key), "CREATE", "EQUAL",
-                            "create_revision", json_integer((json_int_t)token)),
-                        cmp(jkey(s, "lease/", key), "VALUE", "EQUAL", "value",
-                            jstr64(owner)),
+              json_pack("{s:o, s:[o, o, o]}",
+                        "compare", is_holder(s, key, owner, token),
                         "success", op_range(jkey(s, "lease/", key)),
                         op_delete(jkey(s, "lease/", key)),
                         op_delete(jkey(s, "meta/", key))),
@@ -854,12 +855,8 @@ static int etcd_guarded_put(lease_store *base, const char *key, const char *owne
 
     snprintf(tok, sizeof(tok), "%llu", (unsigned long long)token);
     rc = call(&res, s, "/v3/kv/txn",
-              json_pack("{s:[o, o], s:[o, o]}",
-                        "compare",
-                        cmp(jkey(s, "lease/", key), "CREATE", "EQUAL",
-                            "create_revision", json_integer((json_int_t)token)),
-                        cmp(jkey(s, "lease/", key), "VALUE", "EQUAL", "value",
-                            jstr64(owner)),
+              json_pack("{s:o, s:[o, o]}",
+                        "compare", is_holder(s, key, owner, token),
                         "success", op_put(jkey(s, "data/", name), jb64(value, len), 0),
                         op_put(jkey(s, "datatok/", name), jstr64(tok), 0)),
               "guarded put");

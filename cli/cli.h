@@ -54,6 +54,9 @@ void cli_default_label(char *buf, size_t size);
 void cli_print_json(json_t *obj); /* prints and frees */
 json_t *cli_grant_json(const lease_grant *g);
 json_t *cli_info_json(const lease_info *info);
+json_t *cli_history_json(const lease_history_entry *entry);
+/* Wall-clock ms since the epoch as "2026-01-02T03:04:05.678Z"; "-" for 0. */
+void cli_format_wall(char *buf, size_t size, int64_t ms);
 
 int cmd_run(cli_globals *g, cli_args *a);
 int cmd_elect(cli_globals *g, cli_args *a);

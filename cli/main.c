@@ -19,6 +19,7 @@ static const char usage_main[] =
     "  release KEY --owner UUID --token N\n"
     "  show    KEY [--json]\n"
     "  ls      [PREFIX] [--json]\n"
+    "  history KEY [--limit N] [--json]\n"
     "  run     KEY [--ttl DUR] [--wait DUR] [--label TEXT] [--grace DUR] -- CMD [ARG...]\n"
     "  fence   RESOURCE TOKEN [--json]\n"
     "  elect   NAME [--ttl DUR] [--wait DUR] [--label TEXT] [--grace DUR] -- CMD [ARG...]\n"
@@ -74,6 +75,17 @@ static const char usage_ls[] =
     "List keys that start with PREFIX (all keys without one). --json prints\n"
     "one JSON array.\n";
 
+static const char usage_history[] =
+    "usage: lease history KEY [--limit N] [--json]\n"
+    "\n"
+    "The recent grants of KEY, newest first, for post-mortems: token, owner,\n"
+    "label, ttl, when granted, and how each ended: held (still current),\n"
+    "released, expired (the ttl ran out with no word from the holder) or lost\n"
+    "(the holder was refused a renew: it was still running when its lease\n"
+    "ended). Stores keep at least the newest 100 grants of a key. Times are\n"
+    "UTC; --json prints one array. --limit N shows at most N (default: all).\n"
+    "exit: 0 (also when nothing was recorded), 6 store failed\n";
+
 static const char usage_fence[] =
     "usage: lease fence RESOURCE TOKEN [--json]\n"
     "\n"
@@ -87,6 +99,7 @@ typedef struct {
     const char *owner;
     const char *label;
     const char *token;
+    const char *limit;
     uint64_t ttl_ms, wait_ms;
     int has_ttl;
 } cmd_opts;
@@ -137,6 +150,8 @@ static int parse(cli_globals *g, cli_args *a, cmd_opts *o, const char *allowed,
                 o->label = v;
             } else if (strcmp(name, "--token") == 0) {
                 o->token = v;
+            } else if (strcmp(name, "--limit") == 0) {
+                o->limit = v;
             }
             continue;
         }
@@ -369,6 +384,55 @@ static int cmd_ls(cli_globals *g, cli_args *a)
     return EXIT_OK;
 }
 
+static int cmd_history(cli_globals *g, cli_args *a)
+{
+    cmd_opts o = { 0 };
+    const char *pos[1];
+    lease_history_entry *h;
+    lease_store *s;
+    uint64_t limit = 0;
+    size_t n, i;
+    int npos = 0, rc;
+
+    rc = parse(g, a, &o, " --limit ", pos, 1, &npos, usage_history);
+    if (rc)
+        return rc < 0 ? EXIT_OK : rc;
+    if ((rc = need_key(a, npos, "KEY")) || (rc = check_key(a, pos[0], "KEY")))
+        return rc;
+    if (o.limit && (lease_parse_token(&limit, o.limit) < 0 || limit > 1000000))
+        return cli_usage(a->cmd, "--limit must be a whole number from 1 to 1000000");
+    if ((rc = cli_open_store(&s, g)))
+        return rc;
+    rc = lease_history(&h, &n, s, pos[0], (size_t)limit);
+    lease_store_close(s);
+    if (rc < 0)
+        return cli_fail(rc, "history");
+    if (g->json) {
+        json_t *arr = json_array();
+        for (i = 0; i < n; i++)
+            json_array_append_new(arr, cli_history_json(&h[i]));
+        cli_print_json(arr);
+    } else if (n == 0) {
+        printf("no grants recorded for %s\n", pos[0]);
+    } else {
+        printf("%-8s %-24s %-9s %-24s %-9s %s\n", "TOKEN", "ACQUIRED", "ENDED",
+               "ENDED AT", "TTL", "LABEL (OWNER)");
+        for (i = 0; i < n; i++) {
+            char acquired[40], ended[40], ttl[24];
+
+            cli_format_wall(acquired, sizeof(acquired), h[i].acquired_ms);
+            cli_format_wall(ended, sizeof(ended), h[i].ended_ms);
+            snprintf(ttl, sizeof(ttl), "%llums", (unsigned long long)h[i].ttl_ms);
+            printf("%-8llu %-24s %-9s %-24s %-9s %s (%s)\n",
+                   (unsigned long long)h[i].token, acquired,
+                   lease_ended_name(h[i].ended), ended, ttl,
+                   h[i].label[0] ? h[i].label : "-", h[i].owner);
+        }
+    }
+    lease_history_free(h);
+    return EXIT_OK;
+}
+
 static int cmd_fence(cli_globals *g, cli_args *a)
 {
     cmd_opts o = { 0 };
@@ -414,7 +478,8 @@ typedef struct {
 static const command commands[] = {
     { "acquire", cmd_acquire }, { "renew", cmd_renew },
     { "release", cmd_release }, { "show", cmd_show },
-    { "ls", cmd_ls },           { "run", cmd_run },
+    { "ls", cmd_ls },           { "history", cmd_history },
+    { "run", cmd_run },
     { "fence", cmd_fence },     { "elect", cmd_elect },
     { "leader", cmd_leader },   { "agent", cmd_agent },
 };

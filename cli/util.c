@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -241,4 +242,38 @@ json_t *cli_info_json(const lease_info *i)
                      "token", (json_int_t)i->token,
                      "remaining_ms", (json_int_t)i->remaining_ms,
                      "ttl_ms", (json_int_t)i->ttl_ms);
+}
+
+void cli_format_wall(char *buf, size_t size, int64_t ms)
+{
+    time_t secs = (time_t)(ms / 1000);
+    struct tm tm;
+
+    if (ms <= 0 || gmtime_r(&secs, &tm) == NULL) {
+        snprintf(buf, size, "-");
+        return;
+    }
+    snprintf(buf, size, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900,
+             tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
+             (int)(ms % 1000));
+}
+
+/* Times as both RFC 3339 text for people and integers for programs;
+ * an unknown end time is null. */
+json_t *cli_history_json(const lease_history_entry *e)
+{
+    char acquired[40], ended[40];
+
+    cli_format_wall(acquired, sizeof(acquired), e->acquired_ms);
+    cli_format_wall(ended, sizeof(ended), e->ended_ms);
+    return json_pack("{s:I, s:s, s:o, s:I, s:s, s:I, s:s, s:o, s:o}",
+                     "token", (json_int_t)e->token,
+                     "owner", e->owner,
+                     "label", jstr(e->label),
+                     "ttl_ms", (json_int_t)e->ttl_ms,
+                     "acquired", acquired,
+                     "acquired_ms", (json_int_t)e->acquired_ms,
+                     "ended", lease_ended_name(e->ended),
+                     "ended_at", e->ended_ms > 0 ? json_string(ended) : json_null(),
+                     "ended_ms", e->ended_ms > 0 ? json_integer(e->ended_ms) : json_null());
 }

@@ -19,6 +19,7 @@
 #include "lease/fence.h"
 #include "lease/keeper.h"
 #include "lease/election.h"
+#include "lease/history.h"
 #include "lease/parse.h"
 #include "lease/log.h"
 #include "lease/metrics.h"

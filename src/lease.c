@@ -170,6 +170,8 @@ int lease_renew(lease_grant *g, lease_store *s, uint64_t ttl_ms)
     lease__metric_renew(s->backend->name, rc == 0);
     if (rc < 0) {
         lease__log_state(LEASE_LOG_WARN, "renewal_failed", s->backend->name, g, lease_errmsg());
+        if (rc == LEASE_ELOST)
+            lease__history_lost(s, g);
         return rc;
     }
     g->ttl_ms = granted ? granted : ttl_ms;

@@ -57,6 +57,9 @@ int lease__url_scheme(char *buf, size_t size, const char *text);
 /* lease.c: key, owner and token of a grant given back by the caller. */
 int lease__check_grant(const lease_grant *g);
 
+/* history.c: after a renew refused with LEASE_ELOST (keeps the error). */
+void lease__history_lost(lease_store *store, const lease_grant *grant);
+
 /* log.c */
 int lease__log_enabled(lease_log_level level);
 void lease__log(lease_log_level level, const char *event, const char *store,

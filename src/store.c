@@ -56,6 +56,10 @@ int lease_backend_register(const lease_backend *b)
         return lease__seterr(LEASE_EINVALID,
                              "backend '%s' lacks a required slot",
                              b->name ? b->name : "?");
+    if (b->version >= 2 && !b->history != !b->history_lost)
+        return lease__seterr(LEASE_EINVALID,
+                             "backend '%s' must have both history slots or neither",
+                             b->name);
     if (nregistered == MAX_REGISTERED)
         return lease__seterr(LEASE_ENOMEM, "too many registered backends");
     registered[nregistered++] = b;

@@ -21,6 +21,10 @@
  *    written during an earlier boot is expired, so a reboot ends every
  *    lease while keeping every token counter.
  *
+ * The grant history (lease_history) is written in the transactions that
+ * grant and release, so it cannot miss a grant; its times are the wall
+ * clock, since people read them next to other logs.
+ *
  * The SQLite file must not be shared by several hosts (e.g. over NFS):
  * their boot ids and clocks differ and file locking there is unreliable.
  */
@@ -28,11 +32,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <sqlite3.h>
 
 #include "lease_int.h"
 
-#define SCHEMA_VERSION 1
+/* 1: lease, lease_fence, lease_data; 2: lease_history. */
+#define SCHEMA_VERSION 2
 
 enum {
     ST_BEGIN,
@@ -50,12 +56,26 @@ enum {
     ST_CHECK_HOLDER,
     ST_DATA_PUT,
     ST_DATA_GET,
+    ST_HIST_EXPIRE,
+    ST_HIST_ADD,
+    ST_HIST_PRUNE,
+    ST_HIST_RELEASE,
+    ST_HIST_LOST,
+    ST_HIST_READ,
     ST_COUNT
 };
 
 /* "Is this row an unexpired lease?", on the store's clock. */
 #define ALIVE "(owner IS NOT NULL AND boot_id = lease_boot_id() " \
               "AND expires_ms > lease_now_ms())"
+
+/* The same, for the row of `lease l` in a join. */
+#define L_ALIVE "(l.owner IS NOT NULL AND l.boot_id = lease_boot_id() " \
+                "AND l.expires_ms > lease_now_ms())"
+/* When the lease of `lease l` expires (expired), on the wall clock; 0 for
+ * a row of an earlier boot, whose CLOCK_BOOTTIME cannot be converted. */
+#define WALL_EXPIRY "(CASE WHEN l.boot_id = lease_boot_id() THEN " \
+                    "lease_wall_ms() - (lease_now_ms() - l.expires_ms) ELSE 0 END)"
 
 static const char *const sql[ST_COUNT] = {
     [ST_BEGIN] = "BEGIN IMMEDIATE",
@@ -104,6 +124,34 @@ static const char *const sql[ST_COUNT] = {
         "VALUES (?1, ?2, ?3, ?4) ON CONFLICT (name) DO UPDATE SET "
         "value = excluded.value, token = excluded.token, key = excluded.key",
     [ST_DATA_GET] = "SELECT value, token FROM lease_data WHERE name = ?1",
+    /* History (ended: 0 held, 1 released, 2 expired, 3 lost, as
+     * lease_ended). Run before the new grant overwrites the lease row,
+     * whose expiry (on CLOCK_BOOTTIME) gives the old grant's end on the
+     * wall clock; from an earlier boot that time is unknown (0). */
+    [ST_HIST_EXPIRE] =
+        "UPDATE lease_history SET ended = 2, ended_ms = COALESCE(("
+        "SELECT " WALL_EXPIRY " FROM lease l WHERE l.key = ?1 AND l.token = ?2), 0) "
+        "WHERE key = ?1 AND token = ?2 AND ended = 0",
+    [ST_HIST_ADD] =
+        "INSERT OR REPLACE INTO lease_history (key, token, owner, label, ttl_ms, "
+        "acquired_ms) VALUES (?1, ?2, ?3, ?4, ?5, lease_wall_ms())",
+    /* Tokens of a key are consecutive: keep the newest LEASE_HISTORY_KEEP. */
+    [ST_HIST_PRUNE] = "DELETE FROM lease_history WHERE key = ?1 AND token <= ?2",
+    [ST_HIST_RELEASE] =
+        "UPDATE lease_history SET ended = 1, ended_ms = lease_wall_ms() "
+        "WHERE key = ?1 AND token = ?2 AND owner = ?3 AND ended IN (0, 2)",
+    /* Lost at the lease's expiry when the row still tells it, else now. */
+    [ST_HIST_LOST] =
+        "UPDATE lease_history SET ended = 3, ended_ms = CASE WHEN ended_ms > 0 "
+        "THEN ended_ms ELSE COALESCE((SELECT NULLIF(" WALL_EXPIRY ", 0) FROM lease l "
+        "WHERE l.key = ?1 AND l.token = ?2 AND l.owner IS NOT NULL), lease_wall_ms()) END "
+        "WHERE key = ?1 AND token = ?2 AND owner = ?3 AND ended IN (0, 2)",
+    [ST_HIST_READ] =
+        "SELECT h.token, h.owner, h.label, h.ttl_ms, h.acquired_ms, h.ended, "
+        "h.ended_ms, l.token = h.token AND l.owner = h.owner AND " L_ALIVE ", "
+        "CASE WHEN l.token = h.token AND l.owner IS NOT NULL THEN " WALL_EXPIRY
+        " ELSE 0 END FROM lease_history h LEFT JOIN lease l ON l.key = h.key "
+        "WHERE h.key = ?1 ORDER BY h.token DESC LIMIT ?2",
 };
 
 static const char schema_v1[] =
@@ -126,6 +174,19 @@ static const char schema_v1[] =
     "  value BLOB NOT NULL,"
     "  token INTEGER NOT NULL,"
     "  key   TEXT NOT NULL"
+    ") WITHOUT ROWID;";
+
+static const char schema_v2[] =
+    "CREATE TABLE IF NOT EXISTS lease_history ("
+    "  key         TEXT NOT NULL,"
+    "  token       INTEGER NOT NULL,"
+    "  owner       TEXT NOT NULL,"
+    "  label       TEXT NOT NULL DEFAULT '',"
+    "  ttl_ms      INTEGER NOT NULL DEFAULT 0,"
+    "  acquired_ms INTEGER NOT NULL,"             /* wall clock, ms */
+    "  ended       INTEGER NOT NULL DEFAULT 0,"   /* lease_ended */
+    "  ended_ms    INTEGER NOT NULL DEFAULT 0,"   /* wall clock, ms; 0 unknown */
+    "  PRIMARY KEY (key, token)"
     ") WITHOUT ROWID;";
 
 typedef struct {
@@ -164,6 +225,17 @@ static void now_ms_fn(sqlite3_context *ctx, int argc, sqlite3_value **argv)
     (void)argc;
     (void)argv;
     sqlite3_result_int64(ctx, lease_clock_ns() / 1000000);
+}
+
+/* Wall-clock time for the history, which people read next to other logs. */
+static void wall_ms_fn(sqlite3_context *ctx, int argc, sqlite3_value **argv)
+{
+    struct timespec ts;
+
+    (void)argc;
+    (void)argv;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    sqlite3_result_int64(ctx, (sqlite3_int64)ts.tv_sec * 1000 + ts.tv_nsec / 1000000);
 }
 
 static void boot_id_fn(sqlite3_context *ctx, int argc, sqlite3_value **argv)
@@ -285,6 +357,8 @@ static int setup(sqlite_store *s, const char *synchronous, uint64_t timeout_ms)
     sqlite3_busy_handler(s->db, busy_handler, s);
     if (sqlite3_create_function(s->db, "lease_now_ms", 0, SQLITE_UTF8, NULL,
                                 now_ms_fn, NULL, NULL) != SQLITE_OK ||
+        sqlite3_create_function(s->db, "lease_wall_ms", 0, SQLITE_UTF8, NULL,
+                                wall_ms_fn, NULL, NULL) != SQLITE_OK ||
         sqlite3_create_function(s->db, "lease_boot_id", 0, SQLITE_UTF8, s,
                                 boot_id_fn, NULL, NULL) != SQLITE_OK)
         return fail(s, "create functions");
@@ -307,9 +381,11 @@ static int setup(sqlite_store *s, const char *synchronous, uint64_t timeout_ms)
             sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
             return rc;
         }
-        if (version < SCHEMA_VERSION &&
-            (sqlite3_exec(s->db, schema_v1, NULL, NULL, NULL) != SQLITE_OK ||
-             sqlite3_exec(s->db, "PRAGMA user_version = 1", NULL, NULL, NULL) != SQLITE_OK)) {
+        /* Each step upgrades a file from the version before it. */
+        if ((version < 1 && sqlite3_exec(s->db, schema_v1, NULL, NULL, NULL) != SQLITE_OK) ||
+            (version < 2 && sqlite3_exec(s->db, schema_v2, NULL, NULL, NULL) != SQLITE_OK) ||
+            (version < SCHEMA_VERSION &&
+             sqlite3_exec(s->db, "PRAGMA user_version = 2", NULL, NULL, NULL) != SQLITE_OK)) {
             rc = fail(s, "create schema");
             sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
             return rc;
@@ -475,6 +551,12 @@ static int sqlite_acquire(lease_grant *out, lease_info *holder,
         return rollback(s, lease__seterr(LEASE_ESTORE,
                                          "token counter of '%s' is exhausted",
                                          req->key));
+    /* The previous grant, if it did not end otherwise, expired. */
+    st = stmt(s, ST_HIST_EXPIRE);
+    sqlite3_bind_text(st, 1, req->key, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 2, (sqlite3_int64)token);
+    if ((rc = exec_st(s, ST_HIST_EXPIRE, "acquire")) < 0)
+        return rollback(s, rc);
     st = stmt(s, ST_ACQ_GRANT);
     sqlite3_bind_text(st, 1, req->key, -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 2, req->owner, -1, SQLITE_STATIC);
@@ -483,6 +565,21 @@ static int sqlite_acquire(lease_grant *out, lease_info *holder,
     sqlite3_bind_int64(st, 5, (sqlite3_int64)req->ttl_ms);
     if ((rc = exec_st(s, ST_ACQ_GRANT, "acquire")) < 0)
         return rollback(s, rc);
+    st = stmt(s, ST_HIST_ADD);
+    sqlite3_bind_text(st, 1, req->key, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 2, (sqlite3_int64)(token + 1));
+    sqlite3_bind_text(st, 3, req->owner, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 4, req->label, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 5, (sqlite3_int64)req->ttl_ms);
+    if ((rc = exec_st(s, ST_HIST_ADD, "acquire")) < 0)
+        return rollback(s, rc);
+    if (token + 1 > LEASE_HISTORY_KEEP) {
+        st = stmt(s, ST_HIST_PRUNE);
+        sqlite3_bind_text(st, 1, req->key, -1, SQLITE_STATIC);
+        sqlite3_bind_int64(st, 2, (sqlite3_int64)(token + 1 - LEASE_HISTORY_KEEP));
+        if ((rc = exec_st(s, ST_HIST_PRUNE, "acquire")) < 0)
+            return rollback(s, rc);
+    }
     if ((rc = commit(s)) < 0)
         return rc;
     out->token = token + 1;
@@ -541,7 +638,61 @@ static int sqlite_release(lease_store *base, const char *key,
                                          "release '%s': this owner does not "
                                          "hold token %llu",
                                          key, (unsigned long long)token));
+    st = stmt(s, ST_HIST_RELEASE);
+    sqlite3_bind_text(st, 1, key, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 2, (sqlite3_int64)token);
+    sqlite3_bind_text(st, 3, owner, -1, SQLITE_STATIC);
+    if ((rc = exec_st(s, ST_HIST_RELEASE, "release")) < 0)
+        return rollback(s, rc);
     return commit(s);
+}
+
+static int sqlite_history(lease_history_entry *out, size_t *n, lease_store *base,
+                          const char *key, size_t max)
+{
+    sqlite_store *s = (sqlite_store *)base;
+    sqlite3_stmt *st = stmt(s, ST_HIST_READ);
+    int step;
+
+    *n = 0;
+    sqlite3_bind_text(st, 1, key, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 2, (sqlite3_int64)max);
+    while ((step = sqlite3_step(st)) == SQLITE_ROW && *n < max) {
+        lease_history_entry *e = &out[(*n)++];
+        int ended = sqlite3_column_int(st, 5);
+
+        memset(e, 0, sizeof(*e));
+        e->token = col_u64(st, 0);
+        col_text(e->owner, sizeof(e->owner), st, 1);
+        col_text(e->label, sizeof(e->label), st, 2);
+        e->ttl_ms = col_u64(st, 3);
+        e->acquired_ms = sqlite3_column_int64(st, 4);
+        e->ended = ended >= 0 && ended <= LEASE_ENDED_LOST ? (lease_ended)ended
+                                                            : LEASE_ENDED_EXPIRED;
+        e->ended_ms = sqlite3_column_int64(st, 6);
+        /* Not ended by anyone, and no longer the live lease: it ran out,
+         * at the expiry the lease row still has. */
+        if (e->ended == LEASE_ENDED_HELD && !sqlite3_column_int(st, 7)) {
+            e->ended = LEASE_ENDED_EXPIRED;
+            e->ended_ms = sqlite3_column_int64(st, 8);
+        }
+    }
+    sqlite3_reset(st);
+    if (step != SQLITE_ROW && step != SQLITE_DONE)
+        return fail(s, "history");
+    return 0;
+}
+
+static int sqlite_history_lost(lease_store *base, const char *key, const char *owner,
+                               uint64_t token)
+{
+    sqlite_store *s = (sqlite_store *)base;
+    sqlite3_stmt *st = stmt(s, ST_HIST_LOST);
+
+    sqlite3_bind_text(st, 1, key, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 2, (sqlite3_int64)token);
+    sqlite3_bind_text(st, 3, owner, -1, SQLITE_STATIC);
+    return exec_st(s, ST_HIST_LOST, "history");
 }
 
 static int sqlite_inspect(lease_info *out, lease_store *base, const char *key)
@@ -762,4 +913,6 @@ const lease_backend lease__sqlite_backend = {
     .wait_release = NULL,
     .renew_many = NULL,
     .set_timeout = sqlite_set_timeout,
+    .history = sqlite_history,
+    .history_lost = sqlite_history_lost,
 };

@@ -24,17 +24,18 @@
 #define LEASE_SYS_STORE_H
 
 #include "../types.h"
+#include "../history.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
 /*
- * Version 1 holds every slot below. A later version only appends slots;
- * the core reads a slot only when backend->version is at least the version
- * that brought it.
+ * Version 1 holds every slot up to advisory_txn; version 2 appends the
+ * grant history. A later version only appends slots; the core reads a slot
+ * only when backend->version is at least the version that brought it.
  */
-#define LEASE_BACKEND_VERSION 1
+#define LEASE_BACKEND_VERSION 2
 
 /* What a store can do beyond the required slots. */
 #define LEASE_FEATURE_NOTIFY 0x01u   /* wait_release wakes on a release */
@@ -164,6 +165,38 @@ typedef struct lease_backend {
      */
     int (*advisory_txn)(lease_store *store, int64_t lock_key, int try_only,
                         int (*cb)(void *native, void *payload), void *payload);
+
+    /* ---- version 2 ---- */
+
+    /*
+     * Optional, both or neither: the grant history (lease/history.h).
+     * A store that has it records, in the same atomic step as the operation
+     * itself, so that a client dying in between cannot leave a grant out:
+     *  - acquire granting a new token: an entry (token, owner, label, the
+     *    granted ttl, acquired_ms = now, LEASE_ENDED_HELD); the previous
+     *    grant's entry, if still HELD, becomes EXPIRED with ended_ms = when
+     *    it expired (0 if the store cannot know); entries older than the
+     *    newest LEASE_HISTORY_KEEP may be pruned (the history stays
+     *    bounded: a store may let it grow a little past the mark between
+     *    prunes);
+     *  - release: RELEASED, ended_ms = now.
+     * A retried acquire by the holder (same token) records nothing.
+     *
+     * history: fill out[0 .. *n) newest first, at most `max` (>= 1)
+     * entries; *n = 0 for a key never acquired. The newest entry may still
+     * read HELD after its lease expired: the core checks it with inspect.
+     */
+    int (*history)(lease_history_entry *out, size_t *n, lease_store *store,
+                   const char *key, size_t max);
+
+    /*
+     * Mark the entry of (key, owner, token) LOST, unless it is RELEASED,
+     * keeping its ended_ms if it has one (else now). The core calls it
+     * after the store refused a renew with LEASE_ELOST. Nothing to mark
+     * (pruned, another owner) is not an error.
+     */
+    int (*history_lost)(lease_store *store, const char *key, const char *owner,
+                        uint64_t token);
 } lease_backend;
 
 /*

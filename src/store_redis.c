@@ -11,18 +11,32 @@
  *   <prefix>{K}:lease    hash owner/label/token/ttl_ms, with the lease's
  *                        own expiry (PEXPIRE): Redis decides expiry
  *   <prefix>{K}:token    the key's token counter, never deleted or expired
+ *   <prefix>{K}:history  the grant history (lease/history.h): a list of
+ *                        cjson objects, newest grant at the head, trimmed
+ *                        to LEASE_HISTORY_KEEP by each new grant; never
+ *                        expired, like the counter. Every field is a string
+ *                        (token, owner, label, ttl_ms, acquired_ms, ended =
+ *                        held/released/expired/lost, ended_ms, expires_ms):
+ *                        numbers as decimal strings stay exact, and cjson
+ *                        round-trips every byte of a label. expires_ms is
+ *                        the expiry the lease had when last extended, kept
+ *                        because the lease hash leaves no trace when it
+ *                        expires; it dates an expired grant. It ends in
+ *                        :history, so list's "*:token" scan never sees it.
  *   <prefix>fence:{R}    high-water mark of a resource
  *   <prefix>data:{N}     hash value/token of a guarded value
  *   channel <prefix>released   a message with K on every release
- * The {…} hash tags keep a key's lease and counter in one slot.
+ * The {…} hash tags keep a key's lease, counter and history in one slot.
  *
  * Each operation is one script, loaded once per connection and called by
  * hash (EVALSHA), loaded again on NOSCRIPT; every value travels as KEYS or
- * ARGV. Tokens never go backwards across a restart only when the server
- * persists every write before answering: appendonly yes with appendfsync
- * always. The store checks this on connect and logs a warning when it is
- * not so. Across a failover, asynchronous replication can lose grants (see
- * docs/stores.md); wait_replicas narrows that window.
+ * ARGV. The history is written by the same scripts that grant, extend and
+ * end a lease, so no grant can happen without its entry. Tokens never go
+ * backwards across a restart only when the server persists every write
+ * before answering: appendonly yes with appendfsync always. The store
+ * checks this on connect and logs a warning when it is not so. Across a
+ * failover, asynchronous replication can lose grants (see docs/stores.md);
+ * wait_replicas narrows that window.
  */
 #include <errno.h>
 #include <poll.h>
@@ -42,6 +56,8 @@ enum {
     SC_INSPECT,
     SC_FENCE,
     SC_PUT,
+    SC_HISTORY,
+    SC_HISTORY_LOST,
     SC_COUNT
 };
 
@@ -50,15 +66,53 @@ enum {
 #define LUA_GE "local function ge(a, b) if #a ~= #b then return #a > #b end " \
                "return a >= b end "
 
+/*
+ * History helpers, shared by the scripts that write or read entries.
+ * now_ms: the server's wall clock from TIME (allowed in Redis >= 5 scripts,
+ * which replicate their effects, and the only mode of Redis 7), as a
+ * decimal string built with %d: Lua's tostring would print large numbers
+ * in exponent form. head: the newest entry, decoded, or nil (also for an
+ * entry that does not decode: the history is best kept, never a reason to
+ * refuse a grant). ended_at: when a held entry that is no longer the lease
+ * ended: its recorded expiry, but never later than now (the hash can also
+ * vanish before its expiry, e.g. deleted by hand or by a client without
+ * history; then the time it was found gone is the best bound).
+ */
+#define LUA_HIST                                                              \
+    "local function now_ms() local t = redis.call('TIME') "                   \
+    "  return string.format('%d', tonumber(t[1]) * 1000 + "                   \
+    "                             math.floor(tonumber(t[2]) / 1000)) end "    \
+    "local function plus(a, b) "                                              \
+    "  return string.format('%d', tonumber(a) + tonumber(b)) end "            \
+    "local function decode(v) "                                               \
+    "  if not v then return nil end "                                         \
+    "  local ok, e = pcall(cjson.decode, v) "                                 \
+    "  if ok and type(e) == 'table' then return e end "                       \
+    "  return nil end "                                                       \
+    "local function head(k) return decode(redis.call('LINDEX', k, 0)) end "  \
+    "local function ended_at(e, now) "                                        \
+    "  local x = tonumber(e.expires_ms or '') "                               \
+    "  if x and x > 0 and x <= tonumber(now) then return e.expires_ms end "   \
+    "  return now end "
+
 static const char *const scripts[SC_COUNT] = {
-    /* KEYS: lease, counter. ARGV: owner, label, ttl_ms. */
+    /* KEYS: lease, counter, history. ARGV: owner, label, ttl_ms, keep. */
     [SC_ACQUIRE] =
+        LUA_HIST
         "local cur = redis.call('HGET', KEYS[1], 'owner') "
         "if cur then "
         "  if cur == ARGV[1] then "
         "    redis.call('HSET', KEYS[1], 'label', ARGV[2], 'ttl_ms', ARGV[3]) "
         "    redis.call('PEXPIRE', KEYS[1], ARGV[3]) "
-        "    return {1, redis.call('HGET', KEYS[1], 'token')} "
+        "    local t = redis.call('HGET', KEYS[1], 'token') "
+        /* A retry by the holder is no new grant: no entry, but it extends
+         * the lease like a renew, so the entry's expiry follows. */
+        "    local e = head(KEYS[3]) "
+        "    if e and e.token == t and e.ended == 'held' then "
+        "      e.expires_ms = plus(now_ms(), ARGV[3]) "
+        "      redis.call('LSET', KEYS[3], 0, cjson.encode(e)) "
+        "    end "
+        "    return {1, t} "
         "  end "
         "  local h = redis.call('HMGET', KEYS[1], 'owner', 'label', 'token', 'ttl_ms') "
         "  return {0, h[1], h[2], h[3], tostring(redis.call('PTTL', KEYS[1])), h[4]} "
@@ -69,23 +123,52 @@ static const char *const scripts[SC_COUNT] = {
         "redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'label', ARGV[2], "
         "           'token', t, 'ttl_ms', ARGV[3]) "
         "redis.call('PEXPIRE', KEYS[1], ARGV[3]) "
+        /* No unexpired lease existed, so a previous grant still marked held
+         * ran out. Only the head can be: every grant made here pushes its
+         * entry, and every earlier one was ended by the grant after it. */
+        "local now = now_ms() "
+        "local p = head(KEYS[3]) "
+        "if p and p.ended == 'held' then "
+        "  p.ended = 'expired' "
+        "  p.ended_ms = ended_at(p, now) "
+        "  redis.call('LSET', KEYS[3], 0, cjson.encode(p)) "
+        "end "
+        "redis.call('LPUSH', KEYS[3], cjson.encode({token = t, owner = ARGV[1], "
+        "  label = ARGV[2], ttl_ms = ARGV[3], acquired_ms = now, ended = 'held', "
+        "  ended_ms = '0', expires_ms = plus(now, ARGV[3])})) "
+        "redis.call('LTRIM', KEYS[3], 0, tonumber(ARGV[4]) - 1) "
         "return {1, t}",
-    /* KEYS: lease. ARGV: owner, token, ttl_ms. A missing (expired) hash
-     * is never revived. */
+    /* KEYS: lease, history. ARGV: owner, token, ttl_ms. A missing
+     * (expired) hash is never revived. The entry keeps the new expiry, to
+     * date the grant if it runs out. */
     [SC_RENEW] =
+        LUA_HIST
         "local h = redis.call('HMGET', KEYS[1], 'owner', 'token') "
         "if h[1] == ARGV[1] and h[2] == ARGV[2] then "
         "  redis.call('PEXPIRE', KEYS[1], ARGV[3]) "
         "  redis.call('HSET', KEYS[1], 'ttl_ms', ARGV[3]) "
+        "  local e = head(KEYS[2]) "
+        "  if e and e.token == ARGV[2] and e.ended == 'held' then "
+        "    e.expires_ms = plus(now_ms(), ARGV[3]) "
+        "    redis.call('LSET', KEYS[2], 0, cjson.encode(e)) "
+        "  end "
         "  return 1 "
         "end "
         "return 0",
-    /* KEYS: lease. ARGV: owner, token, channel, key. Compare before
-     * deleting: a plain DEL would remove a successor's lease. */
+    /* KEYS: lease, history. ARGV: owner, token, channel, key. Compare
+     * before deleting: a plain DEL would remove a successor's lease. The
+     * current lease's entry is the head (the newest grant). */
     [SC_RELEASE] =
+        LUA_HIST
         "local h = redis.call('HMGET', KEYS[1], 'owner', 'token') "
         "if h[1] == ARGV[1] and h[2] == ARGV[2] then "
         "  redis.call('DEL', KEYS[1]) "
+        "  local e = head(KEYS[2]) "
+        "  if e and e.token == ARGV[2] and e.ended == 'held' then "
+        "    e.ended = 'released' "
+        "    e.ended_ms = now_ms() "
+        "    redis.call('LSET', KEYS[2], 0, cjson.encode(e)) "
+        "  end "
         "  redis.call('PUBLISH', ARGV[3], ARGV[4]) "
         "  return 1 "
         "end "
@@ -110,6 +193,49 @@ static const char *const scripts[SC_COUNT] = {
         "if h[1] == ARGV[1] and h[2] == ARGV[2] then "
         "  redis.call('HSET', KEYS[2], 'value', ARGV[3], 'token', ARGV[2]) "
         "  return 1 "
+        "end "
+        "return 0",
+    /* KEYS: history, lease. ARGV: max. Newest first, each entry as
+     * {token, owner, label, ttl_ms, acquired_ms, ended, ended_ms}. A held
+     * entry that is not the lease in the same atomic read ran out: say
+     * expired here, where its recorded expiry is at hand. */
+    [SC_HISTORY] =
+        LUA_HIST
+        "local now = now_ms() "
+        "local h = redis.call('HMGET', KEYS[2], 'owner', 'token') "
+        "local out = {} "
+        "for _, v in ipairs(redis.call('LRANGE', KEYS[1], 0, tonumber(ARGV[1]) - 1)) do "
+        "  local e = decode(v) "
+        "  if e and e.token then "
+        "    local ended, ended_ms = e.ended or 'held', e.ended_ms or '0' "
+        "    if ended == 'held' and not (h[1] == e.owner and h[2] == e.token) then "
+        "      ended, ended_ms = 'expired', ended_at(e, now) "
+        "    end "
+        "    out[#out + 1] = {e.token, e.owner or '', e.label or '', "
+        "                     e.ttl_ms or '0', e.acquired_ms or '0', ended, ended_ms} "
+        "  end "
+        "end "
+        "return out",
+    /* KEYS: history, lease. ARGV: owner, token. The grant whose renew was
+     * refused: lost, unless released; an end time it already has (a
+     * successor's takeover found it expired) is kept. Not while it is still
+     * the lease, which only a stray call could ask. Tokens are unique per
+     * key, so the walk (at most the kept entries) stops at the first. */
+    [SC_HISTORY_LOST] =
+        LUA_HIST
+        "local h = redis.call('HMGET', KEYS[2], 'owner', 'token') "
+        "if h[1] == ARGV[1] and h[2] == ARGV[2] then return 0 end "
+        "for i, v in ipairs(redis.call('LRANGE', KEYS[1], 0, -1)) do "
+        "  local e = decode(v) "
+        "  if e and e.token == ARGV[2] then "
+        "    if e.owner ~= ARGV[1] or e.ended == 'released' then return 0 end "
+        "    if not e.ended_ms or e.ended_ms == '0' then "
+        "      e.ended_ms = ended_at(e, now_ms()) "
+        "    end "
+        "    e.ended = 'lost' "
+        "    redis.call('LSET', KEYS[1], i - 1, cjson.encode(e)) "
+        "    return 1 "
+        "  end "
         "end "
         "return 0",
 };
@@ -433,20 +559,26 @@ static int redis_acquire(lease_grant *out, lease_info *holder, lease_store *base
                          const lease_request *req)
 {
     redis_store *s = (redis_store *)base;
-    char lk[KEYBUF], ck[KEYBUF], ttl[24];
-    const char *args[5];
+    char lk[KEYBUF], ck[KEYBUF], hk[KEYBUF], ttl[24], keep[24];
+    const char *args[7];
     redisReply *r;
     int rc;
 
     key_of(lk, sizeof(lk), s, "", req->key, ":lease");
     key_of(ck, sizeof(ck), s, "", req->key, ":token");
+    key_of(hk, sizeof(hk), s, "", req->key, ":history");
     snprintf(ttl, sizeof(ttl), "%llu", (unsigned long long)req->ttl_ms);
+    /* The script trims the history to this many grants: the C constant is
+     * the one definition of the bound. */
+    snprintf(keep, sizeof(keep), "%d", LEASE_HISTORY_KEEP);
     args[0] = lk;
     args[1] = ck;
-    args[2] = req->owner;
-    args[3] = req->label;
-    args[4] = ttl;
-    if ((rc = eval(&r, s, SC_ACQUIRE, 2, args, NULL, 5, "acquire")) < 0)
+    args[2] = hk;
+    args[3] = req->owner;
+    args[4] = req->label;
+    args[5] = ttl;
+    args[6] = keep;
+    if ((rc = eval(&r, s, SC_ACQUIRE, 3, args, NULL, 7, "acquire")) < 0)
         return rc;
     /* A reply of another shape is a store failure, never busy or success. */
     if (r->type != REDIS_REPLY_ARRAY || r->elements < 2 ||
@@ -483,15 +615,16 @@ static int redis_renew(uint64_t *granted_ms, lease_store *base, const char *key,
                        const char *owner, uint64_t token, uint64_t ttl_ms)
 {
     redis_store *s = (redis_store *)base;
-    char lk[KEYBUF], tok[24], ttl[24];
-    const char *args[4] = { lk, owner, tok, ttl };
+    char lk[KEYBUF], hk[KEYBUF], tok[24], ttl[24];
+    const char *args[5] = { lk, hk, owner, tok, ttl };
     redisReply *r;
     int rc, ok;
 
     key_of(lk, sizeof(lk), s, "", key, ":lease");
+    key_of(hk, sizeof(hk), s, "", key, ":history");
     snprintf(tok, sizeof(tok), "%llu", (unsigned long long)token);
     snprintf(ttl, sizeof(ttl), "%llu", (unsigned long long)ttl_ms);
-    if ((rc = eval(&r, s, SC_RENEW, 1, args, NULL, 4, "renew")) < 0)
+    if ((rc = eval(&r, s, SC_RENEW, 2, args, NULL, 5, "renew")) < 0)
         return rc;
     ok = r->type == REDIS_REPLY_INTEGER && r->integer == 1;
     freeReplyObject(r);
@@ -507,15 +640,16 @@ static int redis_release(lease_store *base, const char *key, const char *owner,
                          uint64_t token)
 {
     redis_store *s = (redis_store *)base;
-    char lk[KEYBUF], tok[24], chan[96];
-    const char *args[5] = { lk, owner, tok, chan, key };
+    char lk[KEYBUF], hk[KEYBUF], tok[24], chan[96];
+    const char *args[6] = { lk, hk, owner, tok, chan, key };
     redisReply *r;
     int rc, ok;
 
     key_of(lk, sizeof(lk), s, "", key, ":lease");
+    key_of(hk, sizeof(hk), s, "", key, ":history");
     snprintf(tok, sizeof(tok), "%llu", (unsigned long long)token);
     snprintf(chan, sizeof(chan), "%sreleased", s->prefix);
-    if ((rc = eval(&r, s, SC_RELEASE, 1, args, NULL, 5, "release")) < 0)
+    if ((rc = eval(&r, s, SC_RELEASE, 2, args, NULL, 6, "release")) < 0)
         return rc;
     ok = r->type == REDIS_REPLY_INTEGER && r->integer == 1;
     freeReplyObject(r);
@@ -811,6 +945,107 @@ static int redis_wait_release(lease_store *base, const char *key,
     }
 }
 
+/* ---- grant history --------------------------------------------------------- */
+
+static lease_ended ended_of(const redisReply *r)
+{
+    static const lease_ended all[] = { LEASE_ENDED_HELD, LEASE_ENDED_RELEASED,
+                                       LEASE_ENDED_EXPIRED, LEASE_ENDED_LOST };
+    size_t i;
+
+    if (r && r->type == REDIS_REPLY_STRING)
+        for (i = 0; i < sizeof(all) / sizeof(all[0]); i++)
+            if (strcmp(r->str, lease_ended_name(all[i])) == 0)
+                return all[i];
+    /* Unknown to this version: it ended somehow, and "held" would claim a
+     * lease that the read found gone. */
+    return LEASE_ENDED_EXPIRED;
+}
+
+static int64_t str_i64(const redisReply *r)
+{
+    uint64_t v = str_u64(r);
+
+    return v > (uint64_t)INT64_MAX ? INT64_MAX : (int64_t)v;
+}
+
+static int redis_history(lease_history_entry *out, size_t *n, lease_store *base,
+                         const char *key, size_t max)
+{
+    redis_store *s = (redis_store *)base;
+    char hk[KEYBUF], lk[KEYBUF], mx[24];
+    const char *args[3] = { hk, lk, mx };
+    redisReply *r;
+    size_t i;
+    int rc;
+
+    *n = 0;
+    key_of(hk, sizeof(hk), s, "", key, ":history");
+    key_of(lk, sizeof(lk), s, "", key, ":lease");
+    snprintf(mx, sizeof(mx), "%zu", max);
+    if ((rc = eval(&r, s, SC_HISTORY, 2, args, NULL, 3, "history")) < 0)
+        return rc;
+    /* Check the whole reply before filling anything: a malformed one is a
+     * store failure, never a short history. */
+    if (r->type != REDIS_REPLY_ARRAY || r->elements > max) {
+        freeReplyObject(r);
+        return lease__seterr(LEASE_ESTORE, "redis history: odd reply");
+    }
+    for (i = 0; i < r->elements; i++) {
+        const redisReply *e = r->element[i];
+        size_t j;
+
+        if (e->type != REDIS_REPLY_ARRAY || e->elements != 7) {
+            freeReplyObject(r);
+            return lease__seterr(LEASE_ESTORE, "redis history: odd reply");
+        }
+        for (j = 0; j < 7; j++)
+            if (e->element[j]->type != REDIS_REPLY_STRING) {
+                freeReplyObject(r);
+                return lease__seterr(LEASE_ESTORE, "redis history: odd reply");
+            }
+    }
+    for (i = 0; i < r->elements; i++) {
+        const redisReply *const *f = (const redisReply *const *)r->element[i]->element;
+        lease_history_entry *e = &out[i];
+
+        memset(e, 0, sizeof(*e));
+        e->token = str_u64(f[0]);
+        str_copy(e->owner, sizeof(e->owner), f[1]);
+        str_copy(e->label, sizeof(e->label), f[2]);
+        e->ttl_ms = str_u64(f[3]);
+        e->acquired_ms = str_i64(f[4]);
+        e->ended = ended_of(f[5]);
+        e->ended_ms = e->ended == LEASE_ENDED_HELD ? 0 : str_i64(f[6]);
+    }
+    *n = r->elements;
+    freeReplyObject(r);
+    return 0;
+}
+
+static int redis_history_lost(lease_store *base, const char *key,
+                              const char *owner, uint64_t token)
+{
+    redis_store *s = (redis_store *)base;
+    char hk[KEYBUF], lk[KEYBUF], tok[24];
+    const char *args[4] = { hk, lk, owner, tok };
+    redisReply *r;
+    int rc;
+
+    key_of(hk, sizeof(hk), s, "", key, ":history");
+    key_of(lk, sizeof(lk), s, "", key, ":lease");
+    snprintf(tok, sizeof(tok), "%llu", (unsigned long long)token);
+    if ((rc = eval(&r, s, SC_HISTORY_LOST, 2, args, NULL, 4, "history lost")) < 0)
+        return rc;
+    /* 1 marked, 0 nothing to mark (pruned, released, another owner): both
+     * are success. */
+    rc = r->type == REDIS_REPLY_INTEGER
+             ? 0
+             : lease__seterr(LEASE_ESTORE, "redis history lost: odd reply");
+    freeReplyObject(r);
+    return rc;
+}
+
 static int redis_set_timeout(lease_store *base, uint64_t timeout_ms)
 {
     redis_store *s = (redis_store *)base;
@@ -958,4 +1193,6 @@ const lease_backend lease__redis_backend = {
     .renew_many = NULL,
     .set_timeout = redis_set_timeout,
     .advisory_txn = NULL,
+    .history = redis_history,
+    .history_lost = redis_history_lost,
 };

@@ -8,12 +8,28 @@
  *   lease_table=NAME   the lease table (default coordination_lease)
  *   fence_table=NAME   high-water marks (default lease_fence)
  *   data_table=NAME    guarded values (default lease_data)
+ *   history_table=NAME the grant history (default lease_history)
  *
  * The lease table is the chapter's, created if missing; an existing table
  * made by the chapter's SQL is used as it is (the optional holder_label
  * and lease_ttl_ms columns are used only if present). Acquire, renew and
  * release are the chapter's statements, one round trip each, prepared once
  * per connection, with clock_timestamp() as the only clock.
+ *
+ * The grant history (lease/history.h) is one row per grant, primary key
+ * (resource_key, fencing_token), written by the same acquire and release
+ * statements (data-modifying CTEs), so a grant is never left out:
+ *
+ *   CREATE TABLE lease_history (resource_key text, fencing_token bigint,
+ *     owner_id uuid NOT NULL, holder_label text, lease_ttl_ms bigint NOT NULL,
+ *     acquired_at timestamptz NOT NULL,
+ *     ended text CHECK (ended IN ('released', 'expired', 'lost')),
+ *     ended_at timestamptz, PRIMARY KEY (resource_key, fencing_token));
+ *
+ * (ended NULL: still held). It is created when missing, also next to
+ * tables made before it existed; a role that may not create it (or not
+ * write it) still gets every other operation, and lease_history() answers
+ * LEASE_EUNSUPPORTED saying why.
  *
  * Every call is bounded: queries go out asynchronously and the socket is
  * polled until the handle's timeout; a query with no answer in time drops
@@ -47,6 +63,8 @@ enum {
     ST_CHECK_HOLDER,
     ST_DATA_PUT,
     ST_DATA_GET,
+    ST_HISTORY,      /* these two only with a usable history table */
+    ST_HISTORY_LOST,
     ST_COUNT
 };
 
@@ -73,6 +91,8 @@ static const struct {
     [ST_CHECK_HOLDER] = { 3, { T_TEXT, T_UUID, T_INT8 } },
     [ST_DATA_PUT] = { 5, { T_TEXT, T_UUID, T_INT8, T_TEXT, T_BYTEA } },
     [ST_DATA_GET] = { 1, { T_TEXT } },
+    [ST_HISTORY] = { 2, { T_TEXT, T_INT8 } },
+    [ST_HISTORY_LOST] = { 3, { T_TEXT, T_UUID, T_INT8 } },
 };
 
 typedef struct {
@@ -82,6 +102,8 @@ typedef struct {
     char *lease_table;     /* quoted identifiers */
     char *fence_table;
     char *data_table;
+    char *history_table;
+    char *history_why;     /* why there is no history; NULL when there is */
     char *sql[ST_COUNT];
     int prepared;          /* statements prepared on this connection */
     int listening;
@@ -182,6 +204,8 @@ static int prepare_all(pg_store *s, int64_t end)
         PGresult *res;
         int ok;
 
+        if (s->sql[i] == NULL) /* the history's, without a history table */
+            continue;
         snprintf(name, sizeof(name), "lease_%d", i);
         if (!PQsendPrepare(s->conn, name, s->sql[i], params[i].n, params[i].types))
             return fail(s, "prepare");
@@ -215,6 +239,47 @@ static int command(pg_store *s, const char *sql, const char *what, int64_t end)
         rc = lease__seterr(LEASE_ESTORE, "postgres %s: %s", what,
                            PQresultErrorMessage(res));
     PQclear(res);
+    return rc;
+}
+
+/*
+ * Run `sql` with n text parameters. 0 with *out the result (tuples or
+ * command) for the caller to PQclear; else LEASE_ESTORE with the message
+ * set, and in `state` the SQLSTATE of an error the server answered with
+ * ("" when it did not answer, or the connection is gone).
+ */
+static int run(PGresult **out, char state[6], pg_store *s, const char *sql, int n,
+               const char *const *vals, const char *what, int64_t end)
+{
+    static const Oid text[4] = { T_TEXT, T_TEXT, T_TEXT, T_TEXT };
+    PGresult *res;
+    const char *st;
+    int rc;
+
+    *out = NULL;
+    state[0] = '\0';
+    if (n > 4 || !PQsendQueryParams(s->conn, sql, n, text, vals, NULL, NULL, 0))
+        return fail(s, what);
+    if ((res = await(s, what, end)) == NULL)
+        return LEASE_ESTORE;
+    if (PQresultStatus(res) == PGRES_COMMAND_OK ||
+        PQresultStatus(res) == PGRES_TUPLES_OK) {
+        *out = res;
+        return 0;
+    }
+    st = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+    if (st && s->conn && PQstatus(s->conn) == CONNECTION_OK)
+        lease__strlcpy(state, st, 6);
+    /* The primary message alone: the full one spans lines (LINE 1: ...). */
+    rc = PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY)
+             ? lease__seterr(LEASE_ESTORE, "postgres %s: %s (SQLSTATE %s)", what,
+                             PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY),
+                             st ? st : "?")
+             : lease__seterr(LEASE_ESTORE, "postgres %s: %s", what,
+                             PQresultErrorMessage(res));
+    PQclear(res);
+    if (PQstatus(s->conn) != CONNECTION_OK)
+        drop(s);
     return rc;
 }
 
@@ -385,7 +450,7 @@ static int exec_prepared(PGresult **out, pg_store *s, int which,
 static int is_ours(const char *name)
 {
     return strcmp(name, "lease_table") == 0 || strcmp(name, "fence_table") == 0 ||
-           strcmp(name, "data_table") == 0;
+           strcmp(name, "data_table") == 0 || strcmp(name, "history_table") == 0;
 }
 
 /* The URL without our own parameters, for libpq. */
@@ -492,9 +557,16 @@ static char *fmt(const char *f, ...)
     "ELSE 0 END"
 #define ALIVE(t) "(" t ".owner_id IS NOT NULL AND " t ".lease_until > clock_timestamp())"
 
+/* A timestamptz as ms since the epoch; 0 for NULL and the infinities. */
+#define EPOCH_MS(x) \
+    "CASE WHEN isfinite(" x ") THEN floor(EXTRACT(EPOCH FROM " x ") * 1000)::bigint " \
+    "ELSE 0 END"
+
 static int build_sql(pg_store *s, int has_label, int has_ttl)
 {
     const char *L = s->lease_table, *F = s->fence_table, *D = s->data_table;
+    const char *H = s->history_why ? NULL : s->history_table;
+    char *upsert;
     /* The optional columns describe the grant whose token is in
      * holder_token: a lease taken by the chapter's raw SQL leaves them as
      * they were, and must not be shown with its predecessor's label. */
@@ -515,10 +587,11 @@ static int build_sql(pg_store *s, int has_label, int has_ttl)
 
     /* The chapter's upsert. One change: the owner that already holds the
      * unexpired lease may acquire again (a retry whose answer was lost)
-     * and keeps its token, with a new expiry. */
-    s->sql[ST_ACQUIRE] = fmt(
+     * and keeps its token, with a new expiry. With a history it reads
+     * its row from `o` first (see below), hence SELECT instead of VALUES. */
+    upsert = fmt(
         "INSERT INTO %s AS l (resource_key, owner_id, lease_until, fencing_token%s%s%s) "
-        "VALUES ($1, $2::uuid, clock_timestamp() + $3::interval, 1%s%s%s) "
+        "%s$1, $2::uuid, clock_timestamp() + $3::interval, 1%s%s%s%s "
         "ON CONFLICT (resource_key) DO UPDATE "
         "SET owner_id = EXCLUDED.owner_id, "
         "lease_until = clock_timestamp() + $3::interval, "
@@ -526,11 +599,76 @@ static int build_sql(pg_store *s, int has_label, int has_ttl)
         "AND l.lease_until > clock_timestamp() THEN l.fencing_token "
         "ELSE l.fencing_token + 1 END%s%s%s "
         "WHERE l.lease_until <= clock_timestamp() OR l.owner_id = EXCLUDED.owner_id "
-        "RETURNING l.fencing_token",
+        "RETURNING l.fencing_token%s",
         L, has_label ? ", holder_label" : "", has_ttl ? ", lease_ttl_ms" : "", token_col,
+        H ? "SELECT " : "VALUES (",
         has_label ? ", NULLIF($4, '')" : "", has_ttl ? ", $5::bigint" : "", token_val,
+        H ? " FROM (SELECT count(*) FROM o) AS locked" : ")",
         has_label ? ", holder_label = EXCLUDED.holder_label" : "",
-        has_ttl ? ", lease_ttl_ms = EXCLUDED.lease_ttl_ms" : "", token_set);
+        has_ttl ? ", lease_ttl_ms = EXCLUDED.lease_ttl_ms" : "", token_set,
+        H ? ", l.lease_until" : "");
+    /*
+     * With a history, the same statement records the grant (one round
+     * trip, one transaction). The history needs the row as it was before
+     * the upsert: the previous token tells a new grant from a holder's
+     * retry (which records nothing), and its lease_until is when the
+     * previous grant expired. `o` reads it FOR UPDATE, so it is the
+     * latest version, the very one the upsert then changes (a plain read
+     * would see the statement's snapshot, older than the row a concurrent
+     * acquire may have just committed); the upsert's source counts `o`,
+     * so `o` runs, and locks, before the upsert touches the row.
+     *   g  the new token, only when it is new;
+     *   h  its entry, acquired when the expiry was computed (expiry -
+     *      acquired is the ttl exactly); a row already there for that
+     *      token is a leftover of a lease table dropped and made anew
+     *      (tokens restarted) or of another lease table sharing this
+     *      history: replaced;
+     *   e  grants before it still unended: the previous one expired at
+     *      its lease_until (or was released by the chapter's own SQL,
+     *      which leaves owner_id NULL and writes no history); older ones
+     *      (grants made by SQL that keeps no history came in between) at
+     *      a time unknown. An UPDATE sees the statement's snapshot: if
+     *      the previous grant committed after it was taken and expired
+     *      before the row lock came (a ttl shorter than this statement),
+     *      its entry is not found here; it reads expired all the same
+     *      (the core checks held entries) and the next grant marks it,
+     *      without a time;
+     *   p  prunes all but the newest LEASE_HISTORY_KEEP tokens (tokens of
+     *      a key are consecutive here), and leftovers above the new token.
+     * h, e and p touch disjoint rows, as one statement must.
+     */
+    if (H && upsert) {
+        s->sql[ST_ACQUIRE] = fmt(
+            "WITH o AS MATERIALIZED (SELECT fencing_token AS token, "
+            "lease_until AS until, owner_id AS owner FROM %s "
+            "WHERE resource_key = $1 FOR UPDATE), "
+            "a AS (%s), "
+            "g AS (SELECT a.fencing_token AS token, a.lease_until AS until FROM a "
+            "WHERE a.fencing_token IS DISTINCT FROM (SELECT o.token FROM o)), "
+            "h AS (INSERT INTO %s AS h (resource_key, fencing_token, owner_id, "
+            "holder_label, lease_ttl_ms, acquired_at) "
+            "SELECT $1, g.token, $2::uuid, NULLIF($4, ''), $5::bigint, "
+            "g.until - $3::interval FROM g "
+            "ON CONFLICT (resource_key, fencing_token) DO UPDATE "
+            "SET owner_id = EXCLUDED.owner_id, holder_label = EXCLUDED.holder_label, "
+            "lease_ttl_ms = EXCLUDED.lease_ttl_ms, acquired_at = EXCLUDED.acquired_at, "
+            "ended = NULL, ended_at = NULL), "
+            "e AS (UPDATE %s AS h SET "
+            "ended = CASE WHEN h.fencing_token = o.token AND o.owner IS NULL "
+            "THEN 'released' ELSE 'expired' END, "
+            "ended_at = CASE WHEN h.fencing_token = o.token AND o.owner IS NOT NULL "
+            "AND isfinite(o.until) THEN o.until END "
+            "FROM g LEFT JOIN o ON true "
+            "WHERE h.resource_key = $1 AND h.ended IS NULL "
+            "AND h.fencing_token < g.token AND h.fencing_token > g.token - %d), "
+            "p AS (DELETE FROM %s AS h USING g WHERE h.resource_key = $1 "
+            "AND (h.fencing_token <= g.token - %d OR h.fencing_token > g.token)) "
+            "SELECT fencing_token FROM a",
+            L, upsert, H, H, LEASE_HISTORY_KEEP, H, LEASE_HISTORY_KEEP);
+        free(upsert);
+    } else {
+        s->sql[ST_ACQUIRE] = upsert;
+    }
     s->sql[ST_HOLDER] = fmt(
         "SELECT l.owner_id::text, %s, l.fencing_token, " REMAINING("l") ", %s "
         "FROM %s l WHERE l.resource_key = $1 AND " ALIVE("l"),
@@ -542,15 +680,23 @@ static int build_sql(pg_store *s, int has_label, int has_ttl)
         "RETURNING l.lease_until",
         L, has_ttl ? ", lease_ttl_ms = $5::bigint" : "");
     /* The chapter's release, and a notification for waiters in the same
-     * round trip (sent on commit, so only for a release that happened). */
+     * round trip (sent on commit, so only for a release that happened).
+     * With a history, the same statement ends the grant's entry; only a
+     * release that happened does (FROM r). A release is accepted only
+     * while no later grant exists, so it is how the grant ended, even
+     * after a refused renew marked it lost. */
     s->sql[ST_RELEASE] = fmt(
         "WITH r AS (UPDATE %s SET owner_id = NULL, "
         "lease_until = '-infinity'::timestamptz%s%s "
         "WHERE resource_key = $1 AND owner_id = $2::uuid AND fencing_token = $3 "
-        "RETURNING resource_key) "
+        "RETURNING resource_key)%s%s%s "
         "SELECT pg_notify('" NOTIFY_CHANNEL "', resource_key) FROM r",
         L, has_label ? ", holder_label = NULL" : "",
-        has_ttl ? ", lease_ttl_ms = NULL" : "");
+        has_ttl ? ", lease_ttl_ms = NULL" : "",
+        H ? ", h AS (UPDATE " : "", H ? H : "",
+        H ? " AS h SET ended = 'released', ended_at = clock_timestamp() FROM r "
+            "WHERE h.resource_key = $1 AND h.fencing_token = $3 "
+            "AND h.owner_id = $2::uuid)" : "");
     s->sql[ST_INSPECT] = fmt(
         "SELECT l.resource_key, l.owner_id::text, %s, l.fencing_token, "
         REMAINING("l") ", %s, " ALIVE("l") " "
@@ -586,8 +732,41 @@ static int build_sql(pg_store *s, int has_label, int has_ttl)
         "RETURNING 1",
         L, D);
     s->sql[ST_DATA_GET] = fmt("SELECT value, token FROM %s WHERE name = $1", D);
+    if (H) {
+        /*
+         * Newest first. An entry still unended whose grant the lease row
+         * shows ended is told here, with the time the row has, in the same
+         * snapshot: expired at its lease_until, or released by SQL that
+         * keeps no history (owner_id NULL), time unknown. Any other
+         * unended entry stays held, for the core to check with inspect.
+         */
+        s->sql[ST_HISTORY] = fmt(
+            "SELECT h.fencing_token, h.owner_id::text, h.holder_label, "
+            "h.lease_ttl_ms, " EPOCH_MS("h.acquired_at") ", "
+            "CASE WHEN h.ended IS NOT NULL THEN h.ended "
+            "WHEN l.fencing_token = h.fencing_token AND l.owner_id IS NULL "
+            "THEN 'released' "
+            "WHEN l.fencing_token = h.fencing_token AND l.owner_id = h.owner_id "
+            "AND l.lease_until <= clock_timestamp() THEN 'expired' END, "
+            "CASE WHEN h.ended IS NOT NULL THEN " EPOCH_MS("h.ended_at") " "
+            "WHEN l.fencing_token = h.fencing_token AND l.owner_id = h.owner_id "
+            "AND l.lease_until <= clock_timestamp() THEN " EPOCH_MS("l.lease_until") " "
+            "ELSE 0 END "
+            "FROM %s h LEFT JOIN %s l ON l.resource_key = h.resource_key "
+            "WHERE h.resource_key = $1 ORDER BY h.fencing_token DESC LIMIT $2",
+            H, L);
+        /* A refused renew: lost, unless released; an expiry already
+         * recorded keeps its time. */
+        s->sql[ST_HISTORY_LOST] = fmt(
+            "UPDATE %s SET ended = 'lost', "
+            "ended_at = coalesce(ended_at, clock_timestamp()) "
+            "WHERE resource_key = $1 AND fencing_token = $3 AND owner_id = $2::uuid "
+            "AND ended IS DISTINCT FROM 'released'",
+            H);
+    }
     for (i = 0; i < ST_COUNT; i++)
-        if (s->sql[i] == NULL)
+        if (s->sql[i] == NULL &&
+            (H || (i != ST_HISTORY && i != ST_HISTORY_LOST)))
             return lease__seterr(LEASE_ENOMEM, "out of memory");
     return 0;
 }
@@ -680,6 +859,156 @@ static int setup_schema(pg_store *s, int *has_label, int *has_ttl)
     return 0;
 }
 
+/* Go on without a history, keeping why for lease_history(). */
+static int no_history(pg_store *s, const char *why)
+{
+    size_t n;
+
+    free(s->history_why);
+    s->history_why = fmt("%s", why);
+    if (s->history_why == NULL)
+        return lease__seterr(LEASE_ENOMEM, "out of memory");
+    /* libpq's messages end with a newline; keep it on one line. */
+    n = strlen(s->history_why);
+    while (n > 0 && (s->history_why[n - 1] == '\n' || s->history_why[n - 1] == ' '))
+        s->history_why[--n] = '\0';
+    for (char *p = s->history_why; *p; p++)
+        if (*p == '\n')
+            *p = ' ';
+    return 0;
+}
+
+/*
+ * A server error that says the history cannot be had here (no privilege,
+ * no such schema, a read-only server...), as opposed to no answer or a
+ * timeout, which fail the open like any other table would.
+ */
+static int history_refused(pg_store *s, const char *state)
+{
+    return s->conn != NULL && state[0] != '\0' && strcmp(state, "57014") != 0 &&
+           strcmp(state, "55P03") != 0 && strncmp(state, "08", 2) != 0;
+}
+
+/*
+ * The history table: created when missing, under the schema lock, in a
+ * transaction of its own, since it is optional: tables made before it
+ * existed (which setup_schema leaves alone) get one, and a role that may
+ * not create it, or may not read and write an existing one, or a table of
+ * that name that is something else, leaves the store without a history
+ * (history() says why) rather than failing it. Then acquire and release
+ * use their statements without one.
+ */
+static int setup_history(pg_store *s)
+{
+    int64_t end = call_end(s);
+    const char *v[1] = { s->history_table };
+    char state[6], lock[96], why[768], *ddl;
+    PGresult *res;
+    int rc, exists, i;
+
+    if ((rc = run(&res, state, s, "SELECT to_regclass($1) IS NOT NULL", 1, v,
+                  "look for the history table", end)) < 0) {
+        if (!history_refused(s, state))
+            return rc;
+        snprintf(why, sizeof(why), "cannot look for table %s: %s",
+                 s->history_table, lease_errmsg());
+        return no_history(s, why);
+    }
+    exists = PQntuples(res) == 1 && PQgetvalue(res, 0, 0)[0] == 't';
+    PQclear(res);
+    if (!exists) {
+        snprintf(lock, sizeof(lock), "SELECT pg_advisory_xact_lock(%lld)",
+                 (long long)lease_advisory_key("lease schema"));
+        ddl = fmt("CREATE TABLE IF NOT EXISTS %s ("
+                  " resource_key text NOT NULL,"
+                  " fencing_token bigint NOT NULL,"
+                  " owner_id uuid NOT NULL,"
+                  " holder_label text,"
+                  " lease_ttl_ms bigint NOT NULL,"
+                  " acquired_at timestamptz NOT NULL,"
+                  " ended text CHECK (ended IN ('released', 'expired', 'lost')),"
+                  " ended_at timestamptz,"
+                  " PRIMARY KEY (resource_key, fencing_token))",
+                  s->history_table);
+        if (ddl == NULL)
+            return lease__seterr(LEASE_ENOMEM, "out of memory");
+        {
+            const char *steps[4] = { "BEGIN", lock, ddl, "COMMIT" };
+
+            for (i = 0, rc = 0; i < 4 && rc == 0; i++) {
+                if ((rc = run(&res, state, s, steps[i], 0, NULL,
+                              "create history table", end)) < 0)
+                    break;
+                /* A COMMIT of a failed transaction answers ROLLBACK. */
+                if (i == 3 && strcmp(PQcmdStatus(res), "COMMIT") != 0)
+                    rc = lease__seterr(LEASE_ESTORE, "postgres create history "
+                                       "table: not committed");
+                PQclear(res);
+            }
+        }
+        free(ddl);
+        if (rc < 0) {
+            int refused = history_refused(s, state);
+            char err[512];
+
+            lease__strlcpy(err, lease_errmsg(), sizeof(err));
+            if (s->conn && PQtransactionStatus(s->conn) != PQTRANS_IDLE)
+                command(s, "ROLLBACK", "rollback", end);
+            if (!refused)
+                return lease__seterr(rc, "%s", err);
+            snprintf(why, sizeof(why), "table %s is missing and could not be "
+                     "created (%s); open the store once as a role that may "
+                     "create it, or grant this one that, then open again",
+                     s->history_table, err);
+            return no_history(s, why);
+        }
+    }
+    /* Made by us or someone else: the columns and the key the statements
+     * use, and the rights they need. */
+    if ((rc = run(&res, state, s,
+                  "SELECT (SELECT count(*) FROM pg_attribute "
+                  "WHERE attrelid = $1::regclass AND attnum > 0 AND NOT attisdropped "
+                  "AND attname IN ('resource_key', 'fencing_token', 'owner_id', "
+                  "'holder_label', 'lease_ttl_ms', 'acquired_at', 'ended', "
+                  "'ended_at')) = 8 "
+                  "AND EXISTS (SELECT 1 FROM pg_index i "
+                  "WHERE i.indrelid = $1::regclass AND i.indisunique "
+                  "AND i.indnatts = 2 AND i.indpred IS NULL AND i.indexprs IS NULL "
+                  "AND (SELECT array_agg(a.attname::text ORDER BY a.attname) "
+                  "FROM pg_attribute a WHERE a.attrelid = i.indrelid "
+                  "AND a.attnum = ANY (i.indkey)) = "
+                  "ARRAY['fencing_token', 'resource_key']), "
+                  "has_table_privilege($1, 'SELECT') "
+                  "AND has_table_privilege($1, 'INSERT') "
+                  "AND has_table_privilege($1, 'UPDATE') "
+                  "AND has_table_privilege($1, 'DELETE')",
+                  1, v, "read the history table", end)) < 0) {
+        if (!history_refused(s, state))
+            return rc;
+        snprintf(why, sizeof(why), "cannot read the definition of table %s: %s",
+                 s->history_table, lease_errmsg());
+        return no_history(s, why);
+    }
+    if (PQntuples(res) != 1 || PQgetvalue(res, 0, 0)[0] != 't') {
+        PQclear(res);
+        snprintf(why, sizeof(why), "table %s is not a grant history table (it "
+                 "needs the columns resource_key, fencing_token, owner_id, "
+                 "holder_label, lease_ttl_ms, acquired_at, ended, ended_at and "
+                 "the primary key (resource_key, fencing_token)); name another "
+                 "with history_table=NAME", s->history_table);
+        return no_history(s, why);
+    }
+    if (PQgetvalue(res, 0, 1)[0] != 't') {
+        PQclear(res);
+        snprintf(why, sizeof(why), "this role may not select, insert, update "
+                 "and delete in table %s; grant it that and open the store "
+                 "again", s->history_table);
+        return no_history(s, why);
+    }
+    PQclear(res);
+    return 0;
+}
+
 static void pg_close(lease_store *base)
 {
     pg_store *s = (pg_store *)base;
@@ -693,6 +1022,8 @@ static void pg_close(lease_store *base)
     free(s->lease_table);
     free(s->fence_table);
     free(s->data_table);
+    free(s->history_table);
+    free(s->history_why);
     for (i = 0; i < ST_COUNT; i++)
         free(s->sql[i]);
     free(s);
@@ -700,7 +1031,7 @@ static void pg_close(lease_store *base)
 
 static int pg_open(lease_store **out, const char *url, uint64_t timeout_ms)
 {
-    const char *lt, *ft, *dt;
+    const char *lt, *ft, *dt, *ht;
     int has_label = 0, has_ttl = 0, rc;
     lease__url u;
     pg_store *s;
@@ -718,6 +1049,7 @@ static int pg_open(lease_store **out, const char *url, uint64_t timeout_ms)
     lt = lease__url_param(&u, "lease_table");
     ft = lease__url_param(&u, "fence_table");
     dt = lease__url_param(&u, "data_table");
+    ht = lease__url_param(&u, "history_table");
     s->conninfo = strip_params(url);
     if (s->conninfo == NULL || s->parent.url_redacted == NULL) {
         rc = lease__seterr(LEASE_ENOMEM, "out of memory");
@@ -730,7 +1062,9 @@ static int pg_open(lease_store **out, const char *url, uint64_t timeout_ms)
     if ((rc = quote_table(&s->lease_table, s->conn, lt ? lt : "coordination_lease")) < 0 ||
         (rc = quote_table(&s->fence_table, s->conn, ft ? ft : "lease_fence")) < 0 ||
         (rc = quote_table(&s->data_table, s->conn, dt ? dt : "lease_data")) < 0 ||
+        (rc = quote_table(&s->history_table, s->conn, ht ? ht : "lease_history")) < 0 ||
         (rc = setup_schema(s, &has_label, &has_ttl)) < 0 ||
+        (rc = setup_history(s)) < 0 ||
         (rc = build_sql(s, has_label, has_ttl)) < 0 ||
         (rc = prepare_all(s, call_end(s))) < 0)
         goto fail;
@@ -1143,6 +1477,79 @@ static int pg_data_get(void **value, size_t *len, uint64_t *token,
     return 0;
 }
 
+static int64_t val_i64(const PGresult *res, int row, int col)
+{
+    const char *v = PQgetvalue(res, row, col);
+
+    return (v && *v) ? strtoll(v, NULL, 10) : 0;
+}
+
+static int no_history_err(pg_store *s)
+{
+    return lease__seterr(LEASE_EUNSUPPORTED,
+                         "postgres %s keeps no grant history: %s",
+                         s->parent.url_redacted ? s->parent.url_redacted : "",
+                         s->history_why);
+}
+
+/* Columns: token, owner, label, ttl, acquired, ended (NULL: held), ended. */
+static int pg_history(lease_history_entry *out, size_t *n, lease_store *base,
+                      const char *key, size_t max)
+{
+    pg_store *s = (pg_store *)base;
+    char lim[24], ek[ENC_SIZE];
+    const char *v[2] = { enc(ek, key), lim };
+    PGresult *res;
+    int rc, i, rows;
+
+    *n = 0;
+    if (s->history_why)
+        return no_history_err(s);
+    u64_text(lim, sizeof(lim), max);
+    if ((rc = exec_prepared(&res, s, ST_HISTORY, v, NULL, NULL, "history")) < 0)
+        return rc;
+    rows = PQntuples(res);
+    for (i = 0; i < rows && (size_t)i < max; i++) {
+        lease_history_entry *e = &out[i];
+        const char *ended = PQgetvalue(res, i, 5);
+
+        memset(e, 0, sizeof(*e));
+        e->token = val_u64(res, i, 0);
+        val_text(e->owner, sizeof(e->owner), res, i, 1);
+        val_text(e->label, sizeof(e->label), res, i, 2);
+        e->ttl_ms = val_u64(res, i, 3);
+        e->acquired_ms = val_i64(res, i, 4);
+        e->ended = PQgetisnull(res, i, 5) ? LEASE_ENDED_HELD
+                   : strcmp(ended, "released") == 0 ? LEASE_ENDED_RELEASED
+                   : strcmp(ended, "lost") == 0     ? LEASE_ENDED_LOST
+                                                    : LEASE_ENDED_EXPIRED;
+        e->ended_ms = e->ended == LEASE_ENDED_HELD ? 0 : val_i64(res, i, 6);
+    }
+    *n = (size_t)i;
+    PQclear(res);
+    return 0;
+}
+
+static int pg_history_lost(lease_store *base, const char *key, const char *owner,
+                           uint64_t token)
+{
+    pg_store *s = (pg_store *)base;
+    char tok[24], ek[ENC_SIZE];
+    const char *v[3] = { enc(ek, key), owner, tok };
+    PGresult *res;
+    int rc;
+
+    if (s->history_why)
+        return no_history_err(s);
+    u64_text(tok, sizeof(tok), token);
+    /* No row matched (pruned, another owner, released) is not an error. */
+    if ((rc = exec_prepared(&res, s, ST_HISTORY_LOST, v, NULL, NULL,
+                            "history lost")) < 0)
+        return rc;
+    PQclear(res);
+    return 0;
+}
+
 /* Finish a transaction the caller's callback ran in. */
 static int finish_txn(pg_store *s, int cbrc, int64_t end)
 {
@@ -1329,4 +1736,6 @@ const lease_backend lease__pg_backend = {
     .renew_many = NULL,
     .set_timeout = pg_set_timeout,
     .advisory_txn = pg_advisory_txn,
+    .history = pg_history,
+    .history_lost = pg_history_lost,
 };

@@ -16,12 +16,32 @@
  *   P fence/R      the resource's mark, 20 zero-padded digits so that
  *                  etcd's byte-wise compare is a numeric compare
  *   P data/N, P datatok/N   a guarded value and the token that wrote it
+ *   P history/L/K/I  one per grant (lease/history.h), no etcd lease (it
+ *                  outlives the lease): "<owner>\n<ttl_ms>\n<acquired_ms>
+ *                  \n<label>"; its create_revision is the grant's token.
+ *                  I is the grant's etcd lease id in 16 hex digits: unique
+ *                  and known before the acquire txn, unlike the token.
+ *   P ended/L/K/T  how grant T (20 zero-padded digits) ended:
+ *                  "released\n<ms>" or "lost\n<ms>"; no etcd lease
+ *   In both, L is K's length in 3 digits: keys may hold any byte but NUL,
+ *   '/' included, so "history/a/" alone would also be a prefix of key
+ *   "a/b"'s entries; "history/001/a/" cannot be ("a/b" is "003/a/b/").
  * `etcdctl get --prefix P` shows all of it.
  *
  * Expiry is etcd's lease TTL, in whole seconds with a server-side minimum:
  * the grant reports the TTL etcd actually granted, and the core's local
  * deadline uses that. Renew is a keep-alive of the etcd lease (which
  * restores its granted TTL).
+ *
+ * History: the acquire txn that creates P lease/K also creates its
+ * history entry, and the release txn writes its end marker, so neither can
+ * be left out by a client that dies between requests. The acquire txn also
+ * counts K's entries (a txn's reads see its own earlier writes); past
+ * LEASE_HISTORY_KEEP + HISTORY_SLACK the acquirer deletes the oldest ones
+ * and their markers (two more round trips, once every HISTORY_SLACK grants).
+ * An entry without a marker that is not the newest expired (a later grant
+ * needed the key free); etcd keeps no record of when, so its ended_ms is 0.
+ * Times are the client's wall clock: etcd's KV API has no server clock.
  *
  * Endpoints: a request that cannot connect to one member goes to the next;
  * a request that reached a member but got no (or a failed) answer is
@@ -32,6 +52,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <curl/curl.h>
 #include <jansson.h>
 
@@ -39,6 +60,14 @@
 
 #define MAX_ENDPOINTS 16
 #define PAD 20 /* digits of a zero-padded mark */
+/* History entries past LEASE_HISTORY_KEEP before an acquire prunes: the
+ * prune costs two round trips, so it runs once every HISTORY_SLACK grants. */
+#define HISTORY_SLACK 20
+/* Deletes in one prune txn, below etcd's --max-txn-ops (128 by default);
+ * a longer backlog goes at the next grants. */
+#define PRUNE_MAX 100
+/* "<len>/<key>/<20 digits>" and its NUL. */
+#define HNAME_SZ (LEASE_KEY_MAX + PAD + 8)
 
 typedef struct {
     lease_store parent;
@@ -405,6 +434,40 @@ static void pad(char out[PAD + 1], uint64_t v)
     snprintf(out, PAD + 1, "%0*llu", PAD, (unsigned long long)v);
 }
 
+/* ---- history helpers ------------------------------------------------------ */
+
+/* "<len>/<key>/<suffix>", the name of a history/ or ended/ key of `key`
+ * (suffix "" gives the prefix of all of them): see the key layout. */
+static void hist_name(char out[HNAME_SZ], const char *key, const char *suffix)
+{
+    snprintf(out, HNAME_SZ, "%03zu/%s/%s", strlen(key), key, suffix);
+}
+
+/* The client's wall clock in ms: the KV API has no server time. */
+static int64_t wall_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* The body of a range request over every key starting with
+ * "<prefix><kind><name>". */
+static json_t *range_body(etcd_store *s, const char *kind, const char *name)
+{
+    return json_pack("{s:o, s:o}", "key", jkey(s, kind, name), "range_end",
+                     jrange_end(s, kind, name));
+}
+
+/* The count of the i-th response of a txn (a range's). */
+static int64_t txn_count(json_t *txn, size_t i)
+{
+    json_t *r = json_array_get(json_object_get(txn, "responses"), i);
+
+    return jint(json_object_get(r, "response_range"), "count");
+}
+
 /* ---- etcd leases -------------------------------------------------------- */
 
 static int grant(int64_t *id, uint64_t *granted_ms, etcd_store *s, uint64_t ttl_ms)
@@ -487,55 +550,145 @@ static void fill_info(lease_info *info, etcd_store *s, const char *key,
     }
 }
 
+/*
+ * Delete the oldest history entries of `key` beyond the newest
+ * LEASE_HISTORY_KEEP, and the end markers of the deleted grants (all below
+ * the oldest kept token). Best effort: the grant is made already, and what
+ * is left goes at a later grant. It reads the entries afresh rather than
+ * trusting the count of the acquire: two prunes racing each keep the top
+ * LEASE_HISTORY_KEEP of what they read, and tokens only grow, so together
+ * they never keep fewer.
+ */
+static void prune_history(etcd_store *s, const char *key)
+{
+    char name[HNAME_SZ], end[HNAME_SZ], tok[PAD + 1];
+    json_t *res, *kvs, *req, *ops;
+    size_t n, ndel, i;
+    int64_t last;
+
+    hist_name(name, key, "");
+    req = range_body(s, "history/", name);
+    if (req) {
+        json_object_set_new(req, "sort_order", json_string("ASCEND"));
+        json_object_set_new(req, "sort_target", json_string("CREATE"));
+        json_object_set_new(req, "keys_only", json_true());
+    }
+    if (call(&res, s, "/v3/kv/range", req, "prune history") < 0)
+        return;
+    kvs = json_object_get(res, "kvs");
+    n = json_array_size(kvs);
+    if (n <= LEASE_HISTORY_KEEP) {
+        json_decref(res);
+        return;
+    }
+    ndel = n - LEASE_HISTORY_KEEP;
+    if (ndel > PRUNE_MAX)
+        ndel = PRUNE_MAX;
+    /* The entries' names (as etcd sent them, base64) ... */
+    ops = json_array();
+    for (i = 0; ops && i < ndel; i++)
+        json_array_append_new(ops, op_delete(json_incref(json_object_get(
+                                       json_array_get(kvs, i), "key"))));
+    /* ... and the markers of every token up to the newest deleted one:
+     * "ended/L/K/" up to (excluding) "ended/L/K/<its token + 1>". */
+    last = jint(json_array_get(kvs, ndel - 1), "create_revision");
+    json_decref(res);
+    pad(tok, (uint64_t)last + 1);
+    hist_name(end, key, tok);
+    if (ops)
+        json_array_append_new(ops, json_pack("{s:{s:o, s:o}}", "request_delete_range",
+                                             "key", jkey(s, "ended/", name),
+                                             "range_end", jkey(s, "ended/", end)));
+    if (ops && call(&res, s, "/v3/kv/txn", json_pack("{s:o}", "success", ops),
+                    "prune history") == 0)
+        json_decref(res);
+}
+
 static int etcd_acquire(lease_grant *out, lease_info *holder, lease_store *base,
                         const lease_request *req)
 {
     etcd_store *s = (etcd_store *)base;
     uint64_t granted = 0;
     json_t *res, *kv;
-    char *metatext, *owner;
+    char *metatext, *histtext, *owner;
+    char hist[HNAME_SZ], hprefix[HNAME_SZ], hid[17];
     int64_t id;
     int rc;
 
     if ((rc = grant(&id, &granted, s, req->ttl_ms)) < 0)
         return rc;
     /* "<ttl_ms>\n<label>": the label is bytes, which JSON text could not
-     * always carry. */
+     * always carry; for the same reason the history entry is text with the
+     * label last. */
     if (asprintf(&metatext, "%llu\n%s", (unsigned long long)granted, req->label) < 0)
         metatext = NULL;
-    if (metatext == NULL) {
+    if (asprintf(&histtext, "%s\n%llu\n%lld\n%s", req->owner,
+                 (unsigned long long)granted, (long long)wall_ms(), req->label) < 0)
+        histtext = NULL;
+    if (metatext == NULL || histtext == NULL) {
+        free(metatext);
+        free(histtext);
         revoke(s, id);
         return lease__seterr(LEASE_ENOMEM, "out of memory");
     }
+    snprintf(hid, sizeof(hid), "%016llx", (unsigned long long)id);
+    hist_name(hist, req->key, hid);
+    hist_name(hprefix, req->key, "");
     /* Create the key only if it does not exist, with the new etcd lease;
      * otherwise read who holds it. The seen/ key is written in the same
      * transaction, so its mod_revision is this grant's token: it tells a
-     * free key's last token, and that the key was ever acquired. */
+     * free key's last token, and that the key was ever acquired. So is the
+     * history entry, whose create_revision is then the token too; the
+     * second compare makes sure it is a new key (an existing one would keep
+     * an older create_revision), though etcd lease ids are not reused. The
+     * count of the entries, this one included, tells when to prune. */
     rc = call(&res, s, "/v3/kv/txn",
-              json_pack("{s:[o], s:[o, o, o], s:[o, o]}",
-                        "compare", cmp(jkey(s, "lease/", req->key), "CREATE",
-                                       "EQUAL", "create_revision", json_integer(0)),
+              json_pack("{s:[o, o], s:[o, o, o, o, o], s:[o, o]}",
+                        "compare",
+                        cmp(jkey(s, "lease/", req->key), "CREATE", "EQUAL",
+                            "create_revision", json_integer(0)),
+                        cmp(jkey(s, "history/", hist), "CREATE", "EQUAL",
+                            "create_revision", json_integer(0)),
                         "success",
                         op_put(jkey(s, "lease/", req->key), jstr64(req->owner), id),
                         op_put(jkey(s, "meta/", req->key), jstr64(metatext), id),
                         op_put(jkey(s, "seen/", req->key), jstr64(""), 0),
+                        op_put(jkey(s, "history/", hist), jstr64(histtext), 0),
+                        json_pack("{s:o}", "request_range",
+                                  json_pack("{s:o, s:o, s:b}", "key",
+                                            jkey(s, "history/", hprefix), "range_end",
+                                            jrange_end(s, "history/", hprefix),
+                                            "count_only", 1)),
                         "failure", op_range(jkey(s, "lease/", req->key)),
                         op_range(jkey(s, "meta/", req->key))),
               "acquire");
     free(metatext);
+    free(histtext);
     if (rc < 0) {
         /* Unknown outcome: leave the etcd lease; it expires by itself. */
         return rc;
     }
     if (txn_ok(res)) {
+        int64_t entries = txn_count(res, 4);
+
         out->token = (uint64_t)jint(json_object_get(res, "header"), "revision");
         out->ttl_ms = granted;
         json_decref(res);
+        if (entries > LEASE_HISTORY_KEEP + HISTORY_SLACK)
+            prune_history(s, req->key);
         return 0;
     }
     s->last_revision = jint(json_object_get(res, "header"), "revision");
     kv = txn_kv(res, 0);
-    owner = kv ? kv_value(kv, NULL) : NULL;
+    if (kv == NULL) {
+        /* The failure branch reads at the compares' revision: the key was
+         * free, so the history compare failed. Nothing was written. */
+        json_decref(res);
+        revoke(s, id);
+        return lease__seterr(LEASE_ESTORE, "acquire '%s': history entry %s "
+                             "exists already; try again", req->key, hid);
+    }
+    owner = kv_value(kv, NULL);
     if (owner && strcmp(owner, req->owner) == 0) {
         /* A retried acquire by the holder: keep its etcd lease alive, same
          * token; the new etcd lease is not needed. */
@@ -558,8 +711,6 @@ static int etcd_acquire(lease_grant *out, lease_info *holder, lease_store *base,
     revoke(s, id);
     fill_info(holder, s, req->key, kv, txn_kv(res, 1), 0);
     json_decref(res);
-    if (!holder->held)
-        holder->held = 1; /* deleted in between: busy for this attempt */
     return LEASE_EBUSY;
 }
 
@@ -668,19 +819,27 @@ static int etcd_release(lease_store *base, const char *key, const char *owner,
                         uint64_t token)
 {
     etcd_store *s = (etcd_store *)base;
+    char ended[HNAME_SZ], tok[PAD + 1], *marker;
     json_t *res;
     int64_t id = 0;
     int rc, ok;
 
+    pad(tok, token);
+    hist_name(ended, key, tok);
+    if (asprintf(&marker, "released\n%lld", (long long)wall_ms()) < 0)
+        return lease__seterr(LEASE_ENOMEM, "out of memory");
     /* Delete only if the key is still the one created at `token` and
-     * held by this owner; read its etcd lease on the way, then revoke. */
+     * held by this owner; read its etcd lease on the way, then revoke.
+     * The history's end marker goes in the same txn. */
     rc = call(&res, s, "/v3/kv/txn",
-              json_pack("{s:o, s:[o, o, o]}",
+              json_pack("{s:o, s:[o, o, o, o]}",
                         "compare", is_holder(s, key, owner, token),
                         "success", op_range(jkey(s, "lease/", key)),
                         op_delete(jkey(s, "lease/", key)),
-                        op_delete(jkey(s, "meta/", key))),
+                        op_delete(jkey(s, "meta/", key)),
+                        op_put(jkey(s, "ended/", ended), jstr64(marker), 0)),
               "release");
+    free(marker);
     if (rc < 0)
         return rc;
     ok = txn_ok(res);
@@ -693,6 +852,164 @@ static int etcd_release(lease_store *base, const char *key, const char *owner,
                              key, (unsigned long long)token);
     if (id)
         revoke(s, id);
+    return 0;
+}
+
+/* One end marker: the token in its name, and its value. */
+typedef struct {
+    uint64_t token;
+    lease_ended ended;
+    int64_t ms;
+} end_marker;
+
+static int etcd_history(lease_history_entry *out, size_t *n, lease_store *base,
+                        const char *key, size_t max)
+{
+    etcd_store *s = (etcd_store *)base;
+    char name[HNAME_SZ];
+    json_t *res, *entries, *marks, *rr;
+    end_marker *m = NULL;
+    size_t nm = 0, i, j;
+    int rc;
+
+    *n = 0;
+    hist_name(name, key, "");
+    /* Entries newest first (the token is the create_revision), and every
+     * end marker (pruned with the entries, so few), in one txn: one
+     * consistent revision. */
+    rr = range_body(s, "history/", name);
+    if (rr) {
+        json_object_set_new(rr, "sort_order", json_string("DESCEND"));
+        json_object_set_new(rr, "sort_target", json_string("CREATE"));
+        json_object_set_new(rr, "limit", json_integer((json_int_t)max));
+    }
+    rc = call(&res, s, "/v3/kv/txn",
+              json_pack("{s:[{s:o}, {s:o}]}", "success", "request_range", rr,
+                        "request_range", range_body(s, "ended/", name)),
+              "history");
+    if (rc < 0)
+        return rc;
+    entries = json_object_get(json_object_get(
+                  json_array_get(json_object_get(res, "responses"), 0), "response_range"),
+              "kvs");
+    marks = json_object_get(json_object_get(
+                json_array_get(json_object_get(res, "responses"), 1), "response_range"),
+            "kvs");
+    if (json_array_size(marks) &&
+        (m = calloc(json_array_size(marks), sizeof(*m))) == NULL) {
+        json_decref(res);
+        return lease__seterr(LEASE_ENOMEM, "out of memory reading history");
+    }
+    for (i = 0; i < json_array_size(marks); i++) {
+        json_t *kv = json_array_get(marks, i);
+        const char *k64 = json_string_value(json_object_get(kv, "key"));
+        size_t klen;
+        char *k = b64_decode(k64 ? k64 : "", &klen), *v = kv_value(kv, NULL);
+
+        /* "ended/L/K/<20 digits>" = "released\n<ms>" or "lost\n<ms>" */
+        if (k && v && klen >= PAD) {
+            m[nm].token = strtoull(k + klen - PAD, NULL, 10);
+            m[nm].ended = strncmp(v, "released\n", 9) == 0 ? LEASE_ENDED_RELEASED
+                          : strncmp(v, "lost\n", 5) == 0   ? LEASE_ENDED_LOST
+                                                            : LEASE_ENDED_HELD;
+            m[nm].ms = strtoll(strchr(v, '\n') ? strchr(v, '\n') + 1 : "", NULL, 10);
+            if (m[nm].ended != LEASE_ENDED_HELD)
+                nm++;
+        }
+        free(k);
+        free(v);
+    }
+    for (i = 0; i < json_array_size(entries) && *n < max; i++) {
+        json_t *kv = json_array_get(entries, i);
+        lease_history_entry *e = &out[*n];
+        char *v = kv_value(kv, NULL), *p, *nl;
+
+        if (v == NULL)
+            continue;
+        memset(e, 0, sizeof(*e));
+        e->token = (uint64_t)jint(kv, "create_revision");
+        /* "<owner>\n<ttl_ms>\n<acquired_ms>\n<label>" */
+        p = v;
+        if ((nl = strchr(p, '\n')) != NULL) {
+            *nl = '\0';
+            lease__strlcpy(e->owner, p, sizeof(e->owner));
+            p = nl + 1;
+            e->ttl_ms = strtoull(p, &p, 10);
+            if (*p == '\n')
+                e->acquired_ms = strtoll(p + 1, &p, 10);
+            if (*p == '\n')
+                lease__strlcpy(e->label, p + 1, sizeof(e->label));
+        }
+        free(v);
+        /* A grant with no end marker either still holds (the newest: the
+         * core checks it against the lease) or ran out: a later grant
+         * needed the key free. When it ran out etcd cannot tell. */
+        e->ended = *n == 0 ? LEASE_ENDED_HELD : LEASE_ENDED_EXPIRED;
+        for (j = 0; j < nm; j++)
+            if (m[j].token == e->token) {
+                e->ended = m[j].ended;
+                e->ended_ms = m[j].ms;
+                break;
+            }
+        (*n)++;
+    }
+    free(m);
+    json_decref(res);
+    return 0;
+}
+
+static int etcd_history_lost(lease_store *base, const char *key, const char *owner,
+                             uint64_t token)
+{
+    etcd_store *s = (etcd_store *)base;
+    char name[HNAME_SZ], ended[HNAME_SZ], tok[PAD + 1], *v, *marker;
+    json_t *res, *req, *kv, *hkey;
+    int rc, mine;
+
+    /* The entry's name holds its etcd lease id, which the caller does not
+     * know: find it by its create_revision, the token. */
+    hist_name(name, key, "");
+    req = range_body(s, "history/", name);
+    if (req) {
+        json_object_set_new(req, "min_create_revision", json_integer((json_int_t)token));
+        json_object_set_new(req, "max_create_revision", json_integer((json_int_t)token));
+    }
+    if ((rc = call(&res, s, "/v3/kv/range", req, "history")) < 0)
+        return rc;
+    kv = json_array_get(json_object_get(res, "kvs"), 0);
+    v = kv ? kv_value(kv, NULL) : NULL;
+    mine = v && strncmp(v, owner, LEASE_OWNER_LEN) == 0 && v[LEASE_OWNER_LEN] == '\n';
+    free(v);
+    if (!mine) {
+        /* Pruned, never recorded, or another owner's: nothing to mark. */
+        json_decref(res);
+        return 0;
+    }
+    hkey = json_incref(json_object_get(kv, "key"));
+    json_decref(res);
+    pad(tok, token);
+    hist_name(ended, key, tok);
+    if (asprintf(&marker, "lost\n%lld", (long long)wall_ms()) < 0) {
+        json_decref(hkey);
+        return lease__seterr(LEASE_ENOMEM, "out of memory");
+    }
+    /* Only while the entry is there (a prune in between leaves no marker
+     * behind) and has no marker yet: a release's stays, and so does an
+     * earlier loss with its time. */
+    rc = call(&res, s, "/v3/kv/txn",
+              json_pack("{s:[o, o], s:[o]}",
+                        "compare",
+                        cmp(hkey, "CREATE", "EQUAL", "create_revision",
+                            json_integer((json_int_t)token)),
+                        cmp(jkey(s, "ended/", ended), "CREATE", "EQUAL",
+                            "create_revision", json_integer(0)),
+                        "success",
+                        op_put(jkey(s, "ended/", ended), jstr64(marker), 0)),
+              "history");
+    free(marker);
+    if (rc < 0)
+        return rc;
+    json_decref(res);
     return 0;
 }
 
@@ -1087,4 +1404,6 @@ const lease_backend lease__etcd_backend = {
     .renew_many = NULL,
     .set_timeout = etcd_set_timeout,
     .advisory_txn = NULL,
+    .history = etcd_history,
+    .history_lost = etcd_history_lost,
 };

@@ -11,15 +11,20 @@
 #   release deletes lease/ and meta/, keeps seen/, revokes the etcd lease;
 #   fence marks live in fence/ as 20 zero-padded digits;
 #   a key deleted or an etcd lease revoked with etcdctl ends the lease:
-#   the holder's renew exits 4, the next token is greater.
+#   the holder's renew exits 4, the next token is greater;
+#   the grant history: /lease/history/006/jobs/x/<etcd lease id, 16 hex>
+#   (no lease; create_revision = the token; "<owner>\n<ttl_ms>\n<ms>\n<label>"),
+#   and /lease/ended/006/jobs/x/<token, 20 digits> = "released\n<ms>" or
+#   "lost\n<ms>" (006: the key's length, so jobs/x and jobs/x/y stay apart).
 . "$(dirname "$0")/etcd_lib.sh" "$@"
 
 section "one member"
 etcd_cluster 1 || die "start a member"
 
-# keys PREFIX: the keys under PREFIX, one per line, sorted.
+# keys PREFIX: the keys under PREFIX, one per line, sorted, without the
+# history's (checked on their own below).
 keys() {
-    ectl get --prefix "$1" --keys-only | grep -v '^$' | sort
+    ectl get --prefix "$1" --keys-only | grep -v -e '^$' -e '/history/' -e '/ended/' | sort
 }
 # kv_json KEY: etcdctl get KEY -w json, 64-bit ids quoted (jq 1.6 rounds them).
 kv_json() {
@@ -63,6 +68,17 @@ assert_contains "$TTL" "granted with TTL(30s)" "etcdctl lease timetolive: grante
 assert_contains "$TTL" "/lease/lease/jobs/x" "... attached to the lease key"
 assert_contains "$TTL" "/lease/meta/jobs/x" "... and to the meta key"
 
+section "the grant's history entry"
+HKEYS=$(ectl get --prefix /lease/history/ --keys-only | grep -v '^$')
+assert_match "$HKEYS" '^/lease/history/006/jobs/x/[0-9a-f]{16}$' \
+    "one history entry, named by key length, key and etcd lease id"
+assert_eq "${HKEYS##*/}" "$(printf '%016x' "$LID")" "... the grant's etcd lease id"
+J=$(kv_json "$HKEYS")
+assert_eq "$(jget "$J" '.kvs[0].create_revision')" "$TOKEN" "its create_revision is the token"
+assert_eq "$(jget "$J" '.kvs[0].lease // "none"')" none "it has no etcd lease: it outlives the grant"
+assert_eq "$(ectl get "$HKEYS" --print-value-only | sed -n '1p;2p;4p' | paste -sd' ' -)" \
+    "$OWNER 30000 web-1" "its value: owner, ttl, (time,) label"
+
 section "URL prefix /myapp: the same key name in another space"
 MY="$URL/myapp"
 call "$LEASE" --store "$MY" acquire jobs/x --label web-2 --ttl 20s --json
@@ -96,6 +112,12 @@ call "$LEASE" --store "$URL" show jobs/x --json
 expect_rc 0 "show jobs/x after release"
 assert_eq "$(jget "$OUT" .state)" free "free"
 assert_eq "$(jget "$OUT" .token)" "$TOKEN" "the last token is kept (from seen/)"
+assert_eq "$(ectl get "/lease/ended/006/jobs/x/$(printf '%020d' "$TOKEN")" --print-value-only | head -1)" \
+    released "the release wrote its end marker, named by the token"
+call "$LEASE" --store "$URL" history jobs/x --json
+expect_rc 0 "history jobs/x"
+assert_eq "$(jget "$OUT" '[.[] | "\(.token) \(.ended) \(.label)"] | join(",")')" \
+    "$TOKEN released web-1" "lease history reads it back"
 
 section "fence marks"
 call "$LEASE" --store "$URL" fence res/a 7 --json
@@ -132,6 +154,8 @@ call "$LEASE" --store "$URL" renew jobs/y --owner "$Y_OWNER" --token "$Y_TOKEN" 
 expect_error 4 "the holder's renew after its etcd lease was revoked: lost"
 call "$LEASE" --store "$URL" release jobs/y --owner "$Y_OWNER" --token "$Y_TOKEN"
 expect_error 4 "... and its release: not the holder"
+assert_eq "$(ectl get "/lease/ended/006/jobs/y/$(printf '%020d' "$Y_TOKEN")" --print-value-only | head -1)" \
+    lost "the refused renew marked the grant lost"
 call "$LEASE" --store "$URL" show jobs/y --json
 assert_eq "$(jget "$OUT" .state)" free "free after the revoke"
 assert_eq "$(jget "$OUT" .token)" "$Y_TOKEN" "its last token is kept"

@@ -460,6 +460,19 @@ static json_t *range_body(etcd_store *s, const char *kind, const char *name)
                      jrange_end(s, kind, name));
 }
 
+/* A range over the history entries named by `name` (hist_name(.., "")),
+ * in token order: sorted by create_revision, "ASCEND" or "DESCEND". */
+static json_t *history_range(etcd_store *s, const char *name, const char *order)
+{
+    json_t *req = range_body(s, "history/", name);
+
+    if (req) {
+        json_object_set_new(req, "sort_order", json_string(order));
+        json_object_set_new(req, "sort_target", json_string("CREATE"));
+    }
+    return req;
+}
+
 /* The count of the i-th response of a txn (a range's). */
 static int64_t txn_count(json_t *txn, size_t i)
 {
@@ -567,12 +580,8 @@ static void prune_history(etcd_store *s, const char *key)
     int64_t last;
 
     hist_name(name, key, "");
-    req = range_body(s, "history/", name);
-    if (req) {
-        json_object_set_new(req, "sort_order", json_string("ASCEND"));
-        json_object_set_new(req, "sort_target", json_string("CREATE"));
+    if ((req = history_range(s, name, "ASCEND")) != NULL)
         json_object_set_new(req, "keys_only", json_true());
-    }
     if (call(&res, s, "/v3/kv/range", req, "prune history") < 0)
         return;
     kvs = json_object_get(res, "kvs");
@@ -877,12 +886,8 @@ static int etcd_history(lease_history_entry *out, size_t *n, lease_store *base,
     /* Entries newest first (the token is the create_revision), and every
      * end marker (pruned with the entries, so few), in one txn: one
      * consistent revision. */
-    rr = range_body(s, "history/", name);
-    if (rr) {
-        json_object_set_new(rr, "sort_order", json_string("DESCEND"));
-        json_object_set_new(rr, "sort_target", json_string("CREATE"));
+    if ((rr = history_range(s, name, "DESCEND")) != NULL)
         json_object_set_new(rr, "limit", json_integer((json_int_t)max));
-    }
     rc = call(&res, s, "/v3/kv/txn",
               json_pack("{s:[{s:o}, {s:o}]}", "success", "request_range", rr,
                         "request_range", range_body(s, "ended/", name)),

@@ -48,6 +48,11 @@ int cli_parse_global(cli_globals *g, cli_args *a, const char *arg, int *rc);
 /* With `arg` the current flag: its value (from "=" or the next word). */
 const char *cli_value(cli_args *a, const char *arg, int *rc);
 int cli_flag_is(const char *arg, const char *name);
+/* A word that is none of the command's flags: an unknown option, or its one
+ * positional (into *slot), or one too many (hint: "" or a tip). */
+int cli_positional(cli_args *a, const char *arg, const char **slot, const char *hint);
+/* The NAME of elect, leader and agent: present, and short enough. */
+int cli_election_name(cli_args *a, const char *name);
 int cli_duration(uint64_t *ms, const char *cmd, const char *flag,
                  const char *text, int allow_zero);
 void cli_default_label(char *buf, size_t size);

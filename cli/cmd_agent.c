@@ -152,20 +152,12 @@ int cmd_agent(cli_globals *g, cli_args *a)
         } else if (cli_flag_is(arg, "--ttl")) {
             if ((v = cli_value(a, arg, &rc)))
                 rc = cli_duration(&ttl_ms, a->cmd, "--ttl", v, 0);
-        } else if (arg[0] == '-' && arg[1] != '\0') {
-            return cli_usage(a->cmd, "unknown option '%s'", arg);
-        } else if (name == NULL) {
-            name = arg;
-        } else {
-            return cli_usage(a->cmd, "unexpected argument '%s'", arg);
+        } else if ((rc = cli_positional(a, arg, &name, NULL))) {
+            return rc;
         }
     }
-    if (rc)
+    if (rc || (rc = cli_election_name(a, name)))
         return rc;
-    if (name == NULL)
-        return cli_usage(a->cmd, "missing NAME");
-    if (!lease_key_valid(name) || strlen(name) > LEASE_ELECTION_NAME_MAX)
-        return cli_usage(a->cmd, "NAME must be 1 to %d bytes", LEASE_ELECTION_NAME_MAX);
     if (listen_at == NULL)
         return cli_usage(a->cmd, "--listen HOST:PORT is required");
     if (parse_listen(&sa, listen_at) < 0)

@@ -63,20 +63,12 @@ int cmd_leader(cli_globals *g, cli_args *a)
         } else if (cli_flag_is(arg, "--for")) {
             if ((v = cli_value(a, arg, &rc)))
                 rc = cli_duration(&for_ms, a->cmd, "--for", v, 0);
-        } else if (arg[0] == '-' && arg[1] != '\0') {
-            return cli_usage(a->cmd, "unknown option '%s'", arg);
-        } else if (name == NULL) {
-            name = arg;
-        } else {
-            return cli_usage(a->cmd, "unexpected argument '%s'", arg);
+        } else if ((rc = cli_positional(a, arg, &name, NULL))) {
+            return rc;
         }
     }
-    if (rc)
+    if (rc || (rc = cli_election_name(a, name)))
         return rc;
-    if (name == NULL)
-        return cli_usage(a->cmd, "missing NAME");
-    if (!lease_key_valid(name) || strlen(name) > LEASE_ELECTION_NAME_MAX)
-        return cli_usage(a->cmd, "NAME must be 1 to %d bytes", LEASE_ELECTION_NAME_MAX);
     if ((count || for_ms) && !watch)
         return cli_usage(a->cmd, "--count and --for go with --watch");
     if ((rc = cli_open_store(&s, g)))

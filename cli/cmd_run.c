@@ -236,20 +236,14 @@ static int supervise(cli_globals *g, cli_args *a, int elect)
             has_grace = 1;
         } else if (cli_flag_is(arg, "--label")) {
             label = cli_value(a, arg, &rc);
-        } else if (arg[0] == '-' && arg[1] != '\0') {
-            return cli_usage(a->cmd, "unknown option '%s'", arg);
-        } else if (key == NULL) {
-            key = arg;
-        } else {
-            return cli_usage(a->cmd, "unexpected argument '%s' (put the command after --)", arg);
+        } else if ((rc = cli_positional(a, arg, &key, " (put the command after --)"))) {
+            return rc;
         }
     }
-    if (rc)
+    if (rc || (elect && (rc = cli_election_name(a, key))))
         return rc;
     if (key == NULL)
-        return cli_usage(a->cmd, elect ? "missing NAME" : "missing KEY");
-    if (elect && (!lease_key_valid(key) || strlen(key) > LEASE_ELECTION_NAME_MAX))
-        return cli_usage(a->cmd, "NAME must be 1 to %d bytes", LEASE_ELECTION_NAME_MAX);
+        return cli_usage(a->cmd, "missing KEY");
     if (!lease_key_valid(key))
         return cli_usage(a->cmd, "KEY must be 1 to %d bytes", LEASE_KEY_MAX);
     if (cmd_at < 0 || cmd_at >= a->argc)

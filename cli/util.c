@@ -277,3 +277,23 @@ json_t *cli_history_json(const lease_history_entry *e)
                      "ended_at", e->ended_ms > 0 ? json_string(ended) : json_null(),
                      "ended_ms", e->ended_ms > 0 ? json_integer(e->ended_ms) : json_null());
 }
+
+int cli_positional(cli_args *a, const char *arg, const char **slot, const char *hint)
+{
+    if (arg[0] == '-' && arg[1] != '\0')
+        return cli_usage(a->cmd, "unknown option '%s'", arg);
+    if (*slot != NULL)
+        return cli_usage(a->cmd, "unexpected argument '%s'%s", arg, hint ? hint : "");
+    *slot = arg;
+    return 0;
+}
+
+int cli_election_name(cli_args *a, const char *name)
+{
+    if (name == NULL)
+        return cli_usage(a->cmd, "missing NAME");
+    if (!lease_key_valid(name) || strlen(name) > LEASE_ELECTION_NAME_MAX)
+        return cli_usage(a->cmd, "NAME must be 1 to %d bytes", LEASE_ELECTION_NAME_MAX);
+    return 0;
+}
+

@@ -72,3 +72,14 @@ int lease_store_seterr(int code, const char *fmt, ...)
     errcode = code;
     return code;
 }
+
+int lease__not_holder(const char *what, const char *key, uint64_t token,
+                      const char *tail)
+{
+    return lease_store_seterr(LEASE_ELOST,
+                              "%s%s'%s': token %llu of this owner is no longer "
+                              "the unexpired lease%s",
+                              what ? what : "", what ? " " : "", key,
+                              (unsigned long long)token, tail ? tail : "");
+}
+

@@ -17,6 +17,11 @@
 
 /* error.c */
 #define lease__seterr lease_store_seterr
+/* LEASE_ELOST for (key, token), said the same way by every store:
+ * "<what> '<key>': token N of this owner is no longer the unexpired
+ * lease<tail>" (what and tail may be NULL). */
+int lease__not_holder(const char *what, const char *key, uint64_t token,
+                      const char *tail);
 
 /* util.c */
 int64_t lease__mono_ns(void);           /* CLOCK_MONOTONIC, for condvars */

@@ -741,9 +741,7 @@ static int holder_lease(int64_t *id, etcd_store *s, const char *key,
     *id = ok ? jint(txn_kv(res, 0), "lease") : 0;
     json_decref(res);
     if (!ok)
-        return lease__seterr(LEASE_ELOST, "%s '%s': token %llu of this owner is "
-                             "no longer the unexpired lease", what, key,
-                             (unsigned long long)token);
+        return lease__not_holder(what, key, token, NULL);
     return 0;
 }
 
@@ -794,9 +792,7 @@ static int move_to_new_lease(uint64_t *granted_ms, etcd_store *s, const char *ke
     json_decref(res);
     if (!ok) {
         revoke(s, id);
-        return lease__seterr(LEASE_ELOST, "renew '%s': token %llu of this owner is "
-                             "no longer the unexpired lease", key,
-                             (unsigned long long)token);
+        return lease__not_holder("renew", key, token, NULL);
     }
     revoke(s, old);
     return 0;
@@ -1187,10 +1183,7 @@ static int etcd_guarded_put(lease_store *base, const char *key, const char *owne
     ok = txn_ok(res);
     json_decref(res);
     if (!ok)
-        return lease__seterr(LEASE_ELOST,
-                             "'%s': token %llu of this owner is no longer the "
-                             "unexpired lease; nothing was written",
-                             key, (unsigned long long)token);
+        return lease__not_holder(NULL, key, token, "; nothing was written");
     return 0;
 }
 

@@ -1285,9 +1285,7 @@ static int pg_renew(uint64_t *granted_ms, lease_store *base, const char *key,
     n = PQntuples(res);
     PQclear(res);
     if (n != 1)
-        return lease__seterr(LEASE_ELOST,
-                             "renew '%s': token %llu of this owner is no longer "
-                             "the unexpired lease", key, (unsigned long long)token);
+        return lease__not_holder("renew", key, token, NULL);
     *granted_ms = ttl_ms;
     return 0;
 }
@@ -1436,10 +1434,7 @@ static int pg_guarded_put(lease_store *base, const char *key, const char *owner,
     n = PQntuples(res);
     PQclear(res);
     if (n != 1)
-        return lease__seterr(LEASE_ELOST,
-                             "'%s': token %llu of this owner is no longer the "
-                             "unexpired lease; nothing was written",
-                             key, (unsigned long long)token);
+        return lease__not_holder(NULL, key, token, "; nothing was written");
     return 0;
 }
 
@@ -1606,10 +1601,7 @@ static int pg_guarded_txn(lease_store *base, const char *key, const char *owner,
     PQclear(res);
     if (n != 1) {
         command(s, "ROLLBACK", "rollback", end);
-        return lease__seterr(LEASE_ELOST,
-                             "'%s': token %llu of this owner is no longer the "
-                             "unexpired lease; nothing was run", key,
-                             (unsigned long long)token);
+        return lease__not_holder(NULL, key, token, "; nothing was run");
     }
     return finish_txn(s, cb(s->conn, payload), end);
 }

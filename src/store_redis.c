@@ -629,9 +629,7 @@ static int redis_renew(uint64_t *granted_ms, lease_store *base, const char *key,
     ok = r->type == REDIS_REPLY_INTEGER && r->integer == 1;
     freeReplyObject(r);
     if (!ok)
-        return lease__seterr(LEASE_ELOST,
-                             "renew '%s': token %llu of this owner is no longer "
-                             "the unexpired lease", key, (unsigned long long)token);
+        return lease__not_holder("renew", key, token, NULL);
     *granted_ms = ttl_ms;
     return 0;
 }
@@ -851,10 +849,7 @@ static int redis_guarded_put(lease_store *base, const char *key,
     ok = r->type == REDIS_REPLY_INTEGER && r->integer == 1;
     freeReplyObject(r);
     if (!ok)
-        return lease__seterr(LEASE_ELOST,
-                             "'%s': token %llu of this owner is no longer the "
-                             "unexpired lease; nothing was written",
-                             key, (unsigned long long)token);
+        return lease__not_holder(NULL, key, token, "; nothing was written");
     return 0;
 }
 

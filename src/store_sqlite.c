@@ -608,10 +608,7 @@ static int sqlite_renew(uint64_t *granted_ms, lease_store *base,
     if ((rc = exec_st(s, ST_RENEW, "renew")) < 0)
         return rollback(s, rc);
     if (sqlite3_changes(s->db) != 1)
-        return rollback(s, lease__seterr(LEASE_ELOST,
-                                         "renew '%s': token %llu of this owner "
-                                         "is no longer the unexpired lease",
-                                         key, (unsigned long long)token));
+        return rollback(s, lease__not_holder("renew", key, token, NULL));
     if ((rc = commit(s)) < 0)
         return rc;
     *granted_ms = ttl_ms;
@@ -802,10 +799,7 @@ static int check_holder(sqlite_store *s, const char *key, const char *owner,
     if (step == SQLITE_ROW)
         return 0;
     if (step == SQLITE_DONE)
-        return lease__seterr(LEASE_ELOST,
-                             "'%s': token %llu of this owner is no longer the "
-                             "unexpired lease; nothing was written",
-                             key, (unsigned long long)token);
+        return lease__not_holder(NULL, key, token, "; nothing was written");
     return fail(s, "check lease");
 }
 

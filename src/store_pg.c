@@ -8,7 +8,8 @@
  *   lease_table=NAME   the lease table (default coordination_lease)
  *   fence_table=NAME   high-water marks (default lease_fence)
  *   data_table=NAME    guarded values (default lease_data)
- *   history_table=NAME the grant history (default lease_history)
+ *   history_table=NAME the grant history (default lease_history with the
+ *                      default lease table, else <lease_table>_history)
  *
  * The lease table is the chapter's, created if missing; an existing table
  * made by the chapter's SQL is used as it is (the optional holder_label
@@ -682,9 +683,9 @@ static int build_sql(pg_store *s, int has_label, int has_ttl)
     /* The chapter's release, and a notification for waiters in the same
      * round trip (sent on commit, so only for a release that happened).
      * With a history, the same statement ends the grant's entry; only a
-     * release that happened does (FROM r). A release is accepted only
-     * while no later grant exists, so it is how the grant ended, even
-     * after a refused renew marked it lost. */
+     * release that happened does (FROM r). The chapter's release accepts
+     * the owner of an expired lease nobody took since; if its renew was
+     * refused first, the grant stays lost: its authority had ended. */
     s->sql[ST_RELEASE] = fmt(
         "WITH r AS (UPDATE %s SET owner_id = NULL, "
         "lease_until = '-infinity'::timestamptz%s%s "
@@ -696,7 +697,8 @@ static int build_sql(pg_store *s, int has_label, int has_ttl)
         H ? ", h AS (UPDATE " : "", H ? H : "",
         H ? " AS h SET ended = 'released', ended_at = clock_timestamp() FROM r "
             "WHERE h.resource_key = $1 AND h.fencing_token = $3 "
-            "AND h.owner_id = $2::uuid)" : "");
+            "AND h.owner_id = $2::uuid "
+            "AND (h.ended IS NULL OR h.ended = 'expired'))" : "");
     s->sql[ST_INSPECT] = fmt(
         "SELECT l.resource_key, l.owner_id::text, %s, l.fencing_token, "
         REMAINING("l") ", %s, " ALIVE("l") " "
@@ -755,14 +757,19 @@ static int build_sql(pg_store *s, int has_label, int has_ttl)
             "FROM %s h LEFT JOIN %s l ON l.resource_key = h.resource_key "
             "WHERE h.resource_key = $1 ORDER BY h.fencing_token DESC LIMIT $2",
             H, L);
-        /* A refused renew: lost, unless released; an expiry already
-         * recorded keeps its time. */
+        /* A refused renew: lost, unless released. It ended when its lease
+         * expired: a time already recorded (a successor found it expired),
+         * else the lease row's, while the row still has this grant, else
+         * (the row was released by raw SQL, say) now. */
         s->sql[ST_HISTORY_LOST] = fmt(
-            "UPDATE %s SET ended = 'lost', "
-            "ended_at = coalesce(ended_at, clock_timestamp()) "
-            "WHERE resource_key = $1 AND fencing_token = $3 AND owner_id = $2::uuid "
-            "AND ended IS DISTINCT FROM 'released'",
-            H);
+            "UPDATE %s AS h SET ended = 'lost', "
+            "ended_at = coalesce(h.ended_at, (SELECT l.lease_until FROM %s l "
+            "WHERE l.resource_key = $1 AND l.fencing_token = $3 "
+            "AND l.owner_id = $2::uuid AND isfinite(l.lease_until) "
+            "AND l.lease_until <= clock_timestamp()), clock_timestamp()) "
+            "WHERE h.resource_key = $1 AND h.fencing_token = $3 "
+            "AND h.owner_id = $2::uuid AND h.ended IS DISTINCT FROM 'released'",
+            H, L);
     }
     for (i = 0; i < ST_COUNT; i++)
         if (s->sql[i] == NULL &&
@@ -879,14 +886,18 @@ static int no_history(pg_store *s, const char *why)
 }
 
 /*
- * A server error that says the history cannot be had here (no privilege,
- * no such schema, a read-only server...), as opposed to no answer or a
- * timeout, which fail the open like any other table would.
+ * A server error that says the history cannot be had here, as opposed to
+ * one that may pass.
  */
 static int history_refused(pg_store *s, const char *state)
 {
-    return s->conn != NULL && state[0] != '\0' && strcmp(state, "57014") != 0 &&
-           strcmp(state, "55P03") != 0 && strncmp(state, "08", 2) != 0;
+    /* Only a clear, lasting refusal: class 42 (no privilege, not a table,
+     * ...) or no such schema. Anything else (a deadlock, out of memory or
+     * disk, a read-only server in the middle of a failover, a timeout)
+     * fails the open like any other table would, rather than leaving this
+     * handle silently without a history for its whole life. */
+    return s->conn != NULL &&
+           (strncmp(state, "42", 2) == 0 || strcmp(state, "3F000") == 0);
 }
 
 /*
@@ -1029,9 +1040,21 @@ static void pg_close(lease_store *base)
     free(s);
 }
 
+static int quote_history(pg_store *s, const char *name, int derived)
+{
+    int rc = quote_table(&s->history_table, s->conn, name ? name : "lease_history");
+
+    if (rc == LEASE_EINVALID && derived)
+        return lease__seterr(rc, "the history table's name, '%.64s' (lease_table "
+                             "and _history), is not usable: %s; give "
+                             "history_table=NAME", name, lease_errmsg());
+    return rc;
+}
+
 static int pg_open(lease_store **out, const char *url, uint64_t timeout_ms)
 {
     const char *lt, *ft, *dt, *ht;
+    char derived[140];
     int has_label = 0, has_ttl = 0, rc;
     lease__url u;
     pg_store *s;
@@ -1059,10 +1082,22 @@ static int pg_open(lease_store **out, const char *url, uint64_t timeout_ms)
      * the table names, which need the connection to be quoted. */
     if ((rc = ensure(s, call_end(s))) < 0)
         goto fail;
+    /* Tokens are per lease table: two lease tables must not share a
+     * history, whose rows are keyed by token. So the default history
+     * follows the lease table: lease_history for the default one,
+     * <lease_table>_history for any other. */
+    if (ht == NULL && lt != NULL && strcmp(lt, "coordination_lease") != 0) {
+        if (strlen(lt) + sizeof("_history") > sizeof(derived)) {
+            rc = lease__seterr(LEASE_EINVALID, "bad table name '%.64s'", lt);
+            goto fail;
+        }
+        snprintf(derived, sizeof(derived), "%s_history", lt);
+        ht = derived;
+    }
     if ((rc = quote_table(&s->lease_table, s->conn, lt ? lt : "coordination_lease")) < 0 ||
         (rc = quote_table(&s->fence_table, s->conn, ft ? ft : "lease_fence")) < 0 ||
         (rc = quote_table(&s->data_table, s->conn, dt ? dt : "lease_data")) < 0 ||
-        (rc = quote_table(&s->history_table, s->conn, ht ? ht : "lease_history")) < 0 ||
+        (rc = quote_history(s, ht, ht == derived)) < 0 ||
         (rc = setup_schema(s, &has_label, &has_ttl)) < 0 ||
         (rc = setup_history(s)) < 0 ||
         (rc = build_sql(s, has_label, has_ttl)) < 0 ||

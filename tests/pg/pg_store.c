@@ -1092,6 +1092,31 @@ static void test_history_table_name_from_url(void **state)
     free(v);
     lease_store_close(s);
 
+    /* Another lease table has tokens of its own, so a history of its own:
+     * <lease_table>_history by default. The default table's history keeps
+     * its row for the same key and a different token 1 does not replace
+     * or prune it. */
+    o = conf_opts(a, 30000, "default-table", 0);
+    CHECK_RC(0, lease_acquire(&g, NULL, conf_store, key, &o));
+    ASSERT_U64_OP(g.token, ==, 5);
+    CHECK_RC(0, lease_release(conf_store, &g));
+    snprintf(params, sizeof(params), "lease_table=tl_%s", name);
+    url = url_with(conf_url, params);
+    CHECK_RC(0, lease_store_open(&s, url));
+    free(url);
+    o = conf_opts(b, 30000, "other-table", 0);
+    CHECK_RC(0, lease_acquire(&g, NULL, s, key, &o));
+    ASSERT_U64_OP(g.token, ==, 1);
+    CHECK_RC(0, lease_release(s, &g));
+    lease_store_close(s);
+    snprintf(sql, sizeof(sql), "tl_%s_history", name);
+    v = history_rows(c, sql, key);
+    assert_string_equal(v, "1:released");
+    free(v);
+    v = history_rows(c, "lease_history", key);
+    assert_string_equal(v, "5:released");
+    free(v);
+
     /* Names that are not plain lower-case identifiers: EINVALID. */
     for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         char *u = url_with(conf_url, bad[i]);
@@ -1118,6 +1143,8 @@ static void test_history_table_name_from_url(void **state)
 
     snprintf(sql, sizeof(sql), "DROP TABLE %s, %s; DROP SCHEMA thq_%s CASCADE", ht,
              nh, name);
+    raw_ok(c, sql);
+    snprintf(sql, sizeof(sql), "DROP TABLE tl_%s, tl_%s_history", name, name);
     raw_ok(c, sql);
     free(pw);
     PQfinish(c);

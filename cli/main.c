@@ -83,8 +83,10 @@ static const char usage_history[] =
     "released, expired (the ttl ran out with no word from the holder) or lost\n"
     "(the holder was refused a renew: it was still running when its lease\n"
     "ended). Stores keep at least the newest 100 grants of a key. Times are\n"
-    "UTC; --json prints one array. --limit N shows at most N (default: all).\n"
-    "exit: 0 (also when nothing was recorded), 6 store failed\n";
+    "UTC; --json prints one array. --limit N shows at most N, 1 to 200\n"
+    "(default: all that are kept, up to 200).\n"
+    "exit: 0 (also when nothing was recorded), 1 the store keeps no history,\n"
+    "6 store failed\n";
 
 static const char usage_fence[] =
     "usage: lease fence RESOURCE TOKEN [--json]\n"
@@ -399,8 +401,9 @@ static int cmd_history(cli_globals *g, cli_args *a)
         return rc < 0 ? EXIT_OK : rc;
     if ((rc = need_key(a, npos, "KEY")) || (rc = check_key(a, pos[0], "KEY")))
         return rc;
-    if (o.limit && (lease_parse_token(&limit, o.limit) < 0 || limit > 1000000))
-        return cli_usage(a->cmd, "--limit must be a whole number from 1 to 1000000");
+    if (o.limit && (lease_parse_token(&limit, o.limit) < 0 || limit > LEASE_HISTORY_READ_MAX))
+        return cli_usage(a->cmd, "--limit must be a whole number from 1 to %d",
+                         LEASE_HISTORY_READ_MAX);
     if ((rc = cli_open_store(&s, g)))
         return rc;
     rc = lease_history(&h, &n, s, pos[0], (size_t)limit);

@@ -1,16 +1,13 @@
 /*
  * history.c - the grant history of a key. The stores record it in the
  * same atomic steps that grant and end leases; here the reading side:
- * argument checks, and the newest entry's state checked against the lease
+ * argument checks, and entries still marked held checked against the lease
  * itself, since a lease that simply ran out has written nothing anywhere.
  */
 #include <stdlib.h>
 #include <string.h>
 
 #include "lease_int.h"
-
-/* What a caller gets when it asks for "all": more than any store keeps. */
-#define HISTORY_READ_MAX (2 * LEASE_HISTORY_KEEP)
 
 const char *lease_ended_name(lease_ended ended)
 {
@@ -51,8 +48,21 @@ int lease_history(lease_history_entry **out, size_t *count, lease_store *s,
     if (!has_history(s))
         return lease__seterr(LEASE_EUNSUPPORTED, "the %s store keeps no grant history",
                              s->backend->name);
-    if (max == 0 || max > HISTORY_READ_MAX)
-        max = HISTORY_READ_MAX;
+    if (max == 0 || max > LEASE_HISTORY_READ_MAX)
+        max = LEASE_HISTORY_READ_MAX;
+    /*
+     * Inspect first, then read: an entry still marked held is judged
+     * against a lease state older than the entries. So a release between
+     * the two calls shows as released (the read sees it), and a grant made
+     * between them (a token newer than inspect saw) is left held rather
+     * than called expired.
+     */
+    if ((rc = s->backend->inspect(&info, s, key)) == LEASE_ENOTFOUND) {
+        /* No lease at all (e.g. its row deleted by hand): none is held. */
+        memset(&info, 0, sizeof(info));
+        info.token = UINT64_MAX;
+    } else if (rc < 0)
+        return rc;
     if ((e = calloc(max, sizeof(*e))) == NULL)
         return lease__seterr(LEASE_ENOMEM, "out of memory reading history");
     if ((rc = s->backend->history(e, &n, s, key, max)) < 0) {
@@ -61,27 +71,12 @@ int lease_history(lease_history_entry **out, size_t *count, lease_store *s,
     }
     if (n > max)
         n = max;
-    /*
-     * Entries still marked held: only the current unexpired lease is held.
-     * One inspect decides for all of them, after the history was read, so
-     * a grant made in between cannot be called expired.
-     */
+    /* Only the current unexpired lease of the same owner is held. */
     for (i = 0; i < n; i++)
-        if (e[i].ended == LEASE_ENDED_HELD)
-            break;
-    if (i < n) {
-        if ((rc = s->backend->inspect(&info, s, key)) < 0 && rc != LEASE_ENOTFOUND) {
-            free(e);
-            return rc;
-        }
-        if (rc == LEASE_ENOTFOUND)
-            memset(&info, 0, sizeof(info));
-        for (; i < n; i++)
-            if (e[i].ended == LEASE_ENDED_HELD &&
-                !(info.held && info.token == e[i].token &&
-                  strcmp(info.owner, e[i].owner) == 0))
-                e[i].ended = LEASE_ENDED_EXPIRED;
-    }
+        if (e[i].ended == LEASE_ENDED_HELD && e[i].token <= info.token &&
+            !(info.held && info.token == e[i].token &&
+              strcmp(info.owner, e[i].owner) == 0))
+            e[i].ended = LEASE_ENDED_EXPIRED;
     if (n == 0) {
         free(e);
         e = NULL;

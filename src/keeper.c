@@ -107,12 +107,15 @@ static void *run(void *arg)
                 bound = k->every_ms;
             lease_store_set_timeout(k->store, bound);
         }
-        rc = lease_renew(&k->grant, k->store, k->grant.ttl_ms);
+        rc = lease__renew(&k->grant, k->store, k->grant.ttl_ms, 0);
         if (rc == 0) {
             atomic_store(&k->deadline_ns, k->grant.deadline_ns);
             next = now + (int64_t)k->every_ms * 1000000;
         } else if (rc == LEASE_ELOST || rc == LEASE_EINVALID) {
+            /* The application hears first; the history can wait a call. */
             lose(k, LEASE_ELOST);
+            if (rc == LEASE_ELOST)
+                lease__history_lost(k->store, &k->grant);
             return NULL;
         } else if (k->step_down) {
             /* Uncertain is not leader: step down now, do not retry. */

@@ -155,6 +155,11 @@ int lease_acquire(lease_grant *out, lease_info *holder, lease_store *s,
 
 int lease_renew(lease_grant *g, lease_store *s, uint64_t ttl_ms)
 {
+    return lease__renew(g, s, ttl_ms, 1);
+}
+
+int lease__renew(lease_grant *g, lease_store *s, uint64_t ttl_ms, int mark_lost)
+{
     uint64_t granted = 0;
     int64_t sent;
     int rc;
@@ -170,7 +175,7 @@ int lease_renew(lease_grant *g, lease_store *s, uint64_t ttl_ms)
     lease__metric_renew(s->backend->name, rc == 0);
     if (rc < 0) {
         lease__log_state(LEASE_LOG_WARN, "renewal_failed", s->backend->name, g, lease_errmsg());
-        if (rc == LEASE_ELOST)
+        if (rc == LEASE_ELOST && mark_lost)
             lease__history_lost(s, g);
         return rc;
     }

@@ -61,6 +61,9 @@ int lease__url_scheme(char *buf, size_t size, const char *text);
 
 /* lease.c: key, owner and token of a grant given back by the caller. */
 int lease__check_grant(const lease_grant *g);
+/* lease_renew; with mark_lost 0 a refusal is not written to the history,
+ * for a caller that must act on it first (the keeper). */
+int lease__renew(lease_grant *g, lease_store *s, uint64_t ttl_ms, int mark_lost);
 
 /* history.c: after a renew refused with LEASE_ELOST (keeps the error). */
 void lease__history_lost(lease_store *store, const lease_grant *grant);

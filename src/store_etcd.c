@@ -683,8 +683,17 @@ static int etcd_acquire(lease_grant *out, lease_info *holder, lease_store *base,
         out->token = (uint64_t)jint(json_object_get(res, "header"), "revision");
         out->ttl_ms = granted;
         json_decref(res);
-        if (entries > LEASE_HISTORY_KEEP + HISTORY_SLACK)
+        if (entries > LEASE_HISTORY_KEEP + HISTORY_SLACK) {
+            /* The holder's time runs already: both prune requests get a
+             * twentieth of the ttl at most, so a slow cluster costs the
+             * holder a tenth of its lease, not the handle's timeout. */
+            uint64_t saved = s->timeout_ms, budget = granted / 20 ? granted / 20 : 1;
+
+            if (budget < s->timeout_ms)
+                s->timeout_ms = budget;
             prune_history(s, req->key);
+            s->timeout_ms = saved;
+        }
         return 0;
     }
     s->last_revision = jint(json_object_get(res, "header"), "revision");

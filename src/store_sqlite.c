@@ -37,8 +37,14 @@
 
 #include "lease_int.h"
 
-/* 1: lease, lease_fence, lease_data; 2: lease_history. */
-#define SCHEMA_VERSION 2
+/*
+ * PRAGMA user_version counts changes that an older build could not work
+ * with: 1 is lease, lease_fence and lease_data. A table that older builds
+ * simply ignore (lease_history) is created when missing and does not raise
+ * it, so a file opened once by a newer build stays usable by older ones
+ * (whose grants then leave gaps in the history).
+ */
+#define SCHEMA_VERSION 1
 
 enum {
     ST_BEGIN,
@@ -176,7 +182,7 @@ static const char schema_v1[] =
     "  key   TEXT NOT NULL"
     ") WITHOUT ROWID;";
 
-static const char schema_v2[] =
+static const char schema_history[] =
     "CREATE TABLE IF NOT EXISTS lease_history ("
     "  key         TEXT NOT NULL,"
     "  token       INTEGER NOT NULL,"
@@ -347,10 +353,26 @@ static int user_version(sqlite_store *s, int *version)
     return rc == SQLITE_ROW ? 0 : fail(s, "read schema version");
 }
 
+/* Does the table exist? A read: no write lock for an up-to-date file. */
+static int has_table(sqlite_store *s, const char *name, int *yes)
+{
+    sqlite3_stmt *st;
+    int rc = sqlite3_prepare_v2(s->db, "SELECT 1 FROM sqlite_master WHERE "
+                                "type = 'table' AND name = ?1", -1, &st, NULL);
+
+    if (rc == SQLITE_OK) {
+        sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
+        rc = sqlite3_step(st);
+        *yes = rc == SQLITE_ROW;
+    }
+    sqlite3_finalize(st);
+    return rc == SQLITE_ROW || rc == SQLITE_DONE ? 0 : fail(s, "read the schema");
+}
+
 static int setup(sqlite_store *s, const char *synchronous, uint64_t timeout_ms)
 {
     char pragmas[128];
-    int version = 0, rc, i;
+    int version = 0, history = 0, rc, i;
 
     sqlite3_extended_result_codes(s->db, 1);
     s->timeout_ms = timeout_ms;
@@ -372,20 +394,20 @@ static int setup(sqlite_store *s, const char *synchronous, uint64_t timeout_ms)
 
     /* Read the version first: an open of an up-to-date file (every open
      * but the first) takes no write lock, so it is not held up by writers. */
-    if ((rc = user_version(s, &version)) < 0)
+    if ((rc = user_version(s, &version)) < 0 ||
+        (rc = has_table(s, "lease_history", &history)) < 0)
         return rc;
-    if (version < SCHEMA_VERSION) {
+    if (version < SCHEMA_VERSION || !history) {
         if (sqlite3_exec(s->db, "BEGIN IMMEDIATE", NULL, NULL, NULL) != SQLITE_OK)
             return fail(s, "open schema transaction");
         if ((rc = user_version(s, &version)) < 0) {
             sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
             return rc;
         }
-        /* Each step upgrades a file from the version before it. */
-        if ((version < 1 && sqlite3_exec(s->db, schema_v1, NULL, NULL, NULL) != SQLITE_OK) ||
-            (version < 2 && sqlite3_exec(s->db, schema_v2, NULL, NULL, NULL) != SQLITE_OK) ||
-            (version < SCHEMA_VERSION &&
-             sqlite3_exec(s->db, "PRAGMA user_version = 2", NULL, NULL, NULL) != SQLITE_OK)) {
+        if ((version < 1 &&
+             (sqlite3_exec(s->db, schema_v1, NULL, NULL, NULL) != SQLITE_OK ||
+              sqlite3_exec(s->db, "PRAGMA user_version = 1", NULL, NULL, NULL) != SQLITE_OK)) ||
+            sqlite3_exec(s->db, schema_history, NULL, NULL, NULL) != SQLITE_OK) {
             rc = fail(s, "create schema");
             sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
             return rc;

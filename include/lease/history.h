@@ -6,10 +6,16 @@
  *
  *   released  the holder released it;
  *   lost      the holder was still running and the store refused its renew:
- *             the lease had expired (and maybe been granted again) first;
+ *             the lease had expired (and maybe been granted again) first.
+ *             A release after that leaves it lost: its authority had ended;
  *   expired   its ttl ran out with no word from the holder (crashed, paused,
  *             cut off), found when the key was granted again or read;
  *   held      not ended: still the current unexpired lease.
+ *
+ * An expired or lost grant is dated by when its lease expired, where the
+ * store can tell (SQLite, PostgreSQL, Redis); on etcd, whose leases leave
+ * no record of their end, an expired grant has no time (0) and a lost one
+ * the time of the refused renew.
  *
  * At least the newest LEASE_HISTORY_KEEP grants of a key are kept; older
  * ones are pruned by later grants, so the history of a key stays bounded.
@@ -28,6 +34,8 @@ extern "C" {
 
 /* Grants kept per key, at least (stores may keep a few more in between). */
 #define LEASE_HISTORY_KEEP 100
+/* The most entries one lease_history() call returns. */
+#define LEASE_HISTORY_READ_MAX 200
 
 typedef enum lease_ended {
     LEASE_ENDED_HELD = 0, /* still the current unexpired lease */
@@ -43,13 +51,13 @@ typedef struct lease_history_entry {
     uint64_t ttl_ms;     /* ttl granted at acquisition */
     int64_t acquired_ms; /* when granted */
     lease_ended ended;
-    int64_t ended_ms;    /* when it ended; 0 while held or when the store
-                          * cannot know (an etcd lease's expiry) */
+    int64_t ended_ms;    /* when it ended (see above); 0 while held or
+                          * when the store cannot know */
 } lease_history_entry;
 
 /*
  * The recent grants of `key`, newest (highest token) first: at most `max`
- * of them (0: all that are kept). *out is an array of *count entries that
+ * of them (0, or more than LEASE_HISTORY_READ_MAX: that many). *out is an array of *count entries that
  * the caller frees with lease_history_free() (NULL when *count is 0).
  * A key never acquired has an empty history (not LEASE_ENOTFOUND): its
  * history may also have been recorded before the store kept one.

@@ -79,7 +79,7 @@ section "bad flags: usage (2), nothing changed"
 BEFORE=$("$LEASE" history job --json)
 for args in "history" "history job --limit 0" "history job --limit x" \
     "history job --limit -3" "history job extra" "history job --bogus" \
-    "history job --limit"; do
+    "history job --limit" "history job --limit 201"; do
     # shellcheck disable=SC2086
     call "$LEASE" $args
     expect_error 2 "lease $args"
@@ -109,7 +109,10 @@ SQL
 call "$LEASE" --store "sqlite://$OLD" history old --json
 expect_rc 0 "history on an old file"
 assert_eq "$OUT" "[]" "nothing recorded before the upgrade"
-assert_eq "$(sqlite3 "$OLD" 'PRAGMA user_version')" 2 "schema version 2 after opening"
+assert_eq "$(sqlite3 "$OLD" "SELECT count(*) FROM sqlite_master WHERE name = 'lease_history'")" 1 \
+    "the history table was added"
+assert_eq "$(sqlite3 "$OLD" 'PRAGMA user_version')" 1 \
+    "schema version still 1: builds that know no history keep working on the file"
 call "$LEASE" --store "sqlite://$OLD" acquire old --label upgraded --json
 expect_rc 0 "acquire on the upgraded file"
 assert_eq "$(jget "$OUT" .token)" 42 "the token counter survived the upgrade"

@@ -74,6 +74,7 @@ static void test_history_endings(void **state)
     char key[LEASE_KEY_MAX + 1], a[LEASE_OWNER_BUFSZ], b[LEASE_OWNER_BUFSZ],
         c[LEASE_OWNER_BUFSZ], d[LEASE_OWNER_BUFSZ];
     int64_t t[5], released_at, lost_at;
+    int rc;
     lease_grant ga, gb, gc, gd;
     lease_history_entry *h;
     size_t n;
@@ -96,8 +97,18 @@ static void test_history_endings(void **state)
     t[2] = wall_ms();
     gc = conf_acquire(key, c, 300, "gamma");
     conf_wait_free(key, gc.ttl_ms);
+    /* The refused renew comes well after the expiry, so that the two
+     * times can be told apart below. */
+    conf_sleep_ms(1500);
     CHECK_FAIL(LEASE_ELOST, lease_renew(&gc, conf_store, 0));
     lost_at = wall_ms();
+    /* Some stores let the owner of an expired lease that nobody took
+     * release it (the chapter's release does); either way the grant stays
+     * lost: its authority had ended before. */
+    rc = lease_release(conf_store, &gc);
+    if (rc != 0 && rc != LEASE_ELOST)
+        fail_msg("release after the refused renew: %s (%s)", lease_error_name(rc),
+                 lease_errmsg());
 
     t[3] = wall_ms();
     gd = conf_acquire(key, d, 60000, "delta");
@@ -120,6 +131,14 @@ static void test_history_endings(void **state)
     /* An expiry, when the store can tell it, is before the next grant. */
     if (h[2].ended_ms != 0)
         ASSERT_I64_OP(h[2].ended_ms, <=, h[1].acquired_ms + WALL_SLACK_MS);
+    /* Every store but etcd (whose leases leave no record of their end)
+     * dates expired and lost grants by when the lease expired, not by
+     * when someone found out. */
+    if (strcmp(lease_store_scheme(conf_store), "etcd") != 0) {
+        ASSERT_I64_OP(h[2].ended_ms, >, 0);
+        ASSERT_I64_OP(h[2].ended_ms, <=, h[2].acquired_ms + (int64_t)h[2].ttl_ms + 1000);
+        ASSERT_I64_OP(h[1].ended_ms, <=, h[1].acquired_ms + (int64_t)h[1].ttl_ms + 1000);
+    }
     lease_history_free(h);
 
     /* max bounds the answer, newest first. */
@@ -176,6 +195,57 @@ static void test_history_lost_after_takeover(void **state)
     h = read_history(&n, key, 0);
     assert_int_equal(n, 2);
     assert_int_equal(h[0].ended, LEASE_ENDED_HELD);
+    assert_int_equal(h[1].ended, LEASE_ENDED_LOST);
+    lease_history_free(h);
+    CHECK_RC(0, lease_release(conf_store, &gb));
+}
+
+static void on_lost(lease_keeper *k, int reason, void *payload)
+{
+    (void)k;
+    *(volatile int *)payload = reason;
+}
+
+/* A keeper whose renew the store refuses (its lease ran out and another
+ * owner took the key, while its own clock still gave it time) reports the
+ * loss, and the grant reads lost once the keeper has stopped. */
+static void test_history_keeper_loss(void **state)
+{
+    char key[LEASE_KEY_MAX + 1], a[LEASE_OWNER_BUFSZ], b[LEASE_OWNER_BUFSZ];
+    lease_keeper_opts ko = LEASE_KEEPER_OPTS_INIT;
+    volatile int reason = 0;
+    lease_keeper *k = NULL;
+    lease_history_entry *h;
+    lease_grant ga, gb;
+    int64_t end;
+    size_t n;
+
+    (void)state;
+    conf_key(key, "keeper");
+    conf_owner(a);
+    conf_owner(b);
+    ga = conf_acquire(key, a, 300, "kept");
+    conf_wait_free(key, ga.ttl_ms);
+    gb = conf_acquire(key, b, 60000, "successor");
+    /* A holder whose local deadline is still ahead (a clock that ran
+     * slow): only the store can tell it that it lost. */
+    ga.deadline_ns = lease_clock_ns() + (int64_t)60000 * 1000000;
+    ga.ttl_ms = 60000;
+    ko.on_lost = on_lost;
+    ko.payload = (void *)&reason;
+    ko.renew_every_ms = 100;
+    CHECK_RC(0, lease_keeper_start(&k, conf_store, &ga, &ko));
+    end = conf_now_ms() + 10000;
+    while (reason == 0 && conf_now_ms() < end)
+        conf_sleep_ms(10);
+    assert_int_equal(reason, LEASE_ELOST);
+    CHECK_RC(0, lease_keeper_stop(NULL, k, 1));
+
+    h = read_history(&n, key, 0);
+    assert_int_equal(n, 2);
+    ASSERT_U64_OP(h[0].token, ==, gb.token);
+    assert_int_equal(h[0].ended, LEASE_ENDED_HELD);
+    ASSERT_U64_OP(h[1].token, ==, ga.token);
     assert_int_equal(h[1].ended, LEASE_ENDED_LOST);
     lease_history_free(h);
     CHECK_RC(0, lease_release(conf_store, &gb));
@@ -309,6 +379,7 @@ int main(int argc, char **argv)
         CONF_TEST(test_history_empty),
         CONF_TEST(test_history_endings),
         CONF_TEST(test_history_lost_after_takeover),
+        CONF_TEST(test_history_keeper_loss),
         CONF_TEST(test_history_one_entry_per_grant),
         CONF_TEST(test_history_keys_apart),
         CONF_TEST(test_history_bounded),

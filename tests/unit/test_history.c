@@ -191,9 +191,12 @@ static const lease_backend fake_backend = {
     .history = fake_history, .history_lost = fake_history_lost,
 };
 
-/* A store written against version 1: the history slots do not exist. */
+/* A store written against version 1: its struct ends before the history
+ * slots, so the core must not read them whatever they hold (here they are
+ * set, to show that the version decides). */
 static const lease_backend v1_backend = {
     .version = 1, .name = "fakev1", .schemes = v1_schemes, FAKE_SLOTS,
+    .history = fake_history, .history_lost = fake_history_lost,
 };
 
 static lease_history_entry entry(uint64_t token, const char *owner, lease_ended ended)
@@ -238,7 +241,6 @@ static void test_register_needs_both_slots(void **state)
     half.history = NULL;
     half.history_lost = fake_history_lost;
     assert_int_equal(lease_backend_register(&half), LEASE_EINVALID);
-    assert_int_equal(lease_backend_register(&v1_backend), 0);
 }
 
 static void test_v1_store_unsupported(void **state)
@@ -252,6 +254,15 @@ static void test_v1_store_unsupported(void **state)
     assert_null(h);
     assert_int_equal(n, 0);
     assert_non_null(strstr(lease_errmsg(), "fakev1"));
+    /* ...and a refused renew does not reach for history_lost either. */
+    {
+        lease_grant g;
+
+        assert_int_equal(lease_grant_init(&g, "k", A_OWNER, 7, 1000), 0);
+        fake.renew_rc = LEASE_ELOST;
+        assert_int_equal(lease_renew(&g, s, 0), LEASE_ELOST);
+        assert_int_equal(fake.lost_calls, 0);
+    }
     lease_store_close(s);
 }
 
@@ -311,8 +322,8 @@ static void test_inspect_failure_is_reported(void **state)
     lease_store_close(s);
 }
 
-/* Only entries not ended need inspect; max bounds the answer. */
-static void test_max_and_no_inspect_needed(void **state)
+/* max bounds the answer, newest first; 0 asks for all a store keeps. */
+static void test_max_bounds_the_answer(void **state)
 {
     lease_history_entry *h = NULL;
     lease_store *s = open_fake("fakehist:x");
@@ -323,17 +334,49 @@ static void test_max_and_no_inspect_needed(void **state)
     fake.entries[1] = entry(2, A_OWNER, LEASE_ENDED_LOST);
     fake.entries[2] = entry(1, A_OWNER, LEASE_ENDED_EXPIRED);
     fake.n = 3;
-    fake.inspect_rc = LEASE_ESTORE; /* would fail if called */
+    fake.info.token = 3;
     assert_int_equal(lease_history(&h, &n, s, "k", 2), 0);
     assert_int_equal(fake.max_seen, 2);
     assert_int_equal(n, 2);
     assert_int_equal(h[0].token, 3);
     assert_int_equal(h[1].token, 2);
     lease_history_free(h);
-    /* 0 asks for everything a store keeps. */
     assert_int_equal(lease_history(&h, &n, s, "k", 0), 0);
     assert_true(fake.max_seen >= LEASE_HISTORY_KEEP);
     assert_int_equal(n, 3);
+    /* Ended entries are reported as the store recorded them. */
+    assert_int_equal(h[0].ended, LEASE_ENDED_RELEASED);
+    assert_int_equal(h[1].ended, LEASE_ENDED_LOST);
+    assert_int_equal(h[2].ended, LEASE_ENDED_EXPIRED);
+    lease_history_free(h);
+    lease_store_close(s);
+}
+
+/* inspect runs before the read: a grant newer than the lease it saw (made
+ * in between) stays held, and with no lease at all nothing is held. */
+static void test_newer_than_inspect_stays_held(void **state)
+{
+    lease_history_entry *h = NULL;
+    lease_store *s = open_fake("fakehist:x");
+    size_t n = 0;
+
+    (void)state;
+    fake.entries[0] = entry(10, B_OWNER, LEASE_ENDED_HELD);
+    fake.entries[1] = entry(9, A_OWNER, LEASE_ENDED_HELD);
+    fake.n = 2;
+    fake.info.held = 0; /* inspect saw token 9 expired */
+    fake.info.token = 9;
+    lease__strlcpy(fake.info.owner, A_OWNER, sizeof(fake.info.owner));
+    assert_int_equal(lease_history(&h, &n, s, "k", 0), 0);
+    assert_int_equal(n, 2);
+    assert_int_equal(h[0].ended, LEASE_ENDED_HELD);
+    assert_int_equal(h[1].ended, LEASE_ENDED_EXPIRED);
+    lease_history_free(h);
+
+    fake.inspect_rc = LEASE_ENOTFOUND;
+    assert_int_equal(lease_history(&h, &n, s, "k", 0), 0);
+    assert_int_equal(h[0].ended, LEASE_ENDED_EXPIRED);
+    assert_int_equal(h[1].ended, LEASE_ENDED_EXPIRED);
     lease_history_free(h);
     lease_store_close(s);
 }
@@ -368,12 +411,14 @@ int main(void)
         cmocka_unit_test_setup(test_v1_store_unsupported, setup),
         cmocka_unit_test_setup(test_held_judged_by_inspect, setup),
         cmocka_unit_test_setup(test_inspect_failure_is_reported, setup),
-        cmocka_unit_test_setup(test_max_and_no_inspect_needed, setup),
+        cmocka_unit_test_setup(test_max_bounds_the_answer, setup),
+        cmocka_unit_test_setup(test_newer_than_inspect_stays_held, setup),
         cmocka_unit_test_setup(test_refused_renew_marks_lost, setup),
     };
 
     lease_log_set(NULL, NULL, LEASE_LOG_OFF);
-    if (lease_backend_register(&fake_backend) != 0) {
+    if (lease_backend_register(&fake_backend) != 0 ||
+        lease_backend_register(&v1_backend) != 0) {
         fprintf(stderr, "register: %s\n", lease_errmsg());
         return 1;
     }

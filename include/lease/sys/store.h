@@ -191,9 +191,10 @@ typedef struct lease_backend {
 
     /*
      * Mark the entry of (key, owner, token) LOST, unless it is RELEASED,
-     * keeping its ended_ms if it has one (else now). The core calls it
-     * after the store refused a renew with LEASE_ELOST. Nothing to mark
-     * (pruned, another owner) is not an error.
+     * keeping its ended_ms if it has one, else the lease's expiry if the
+     * store still knows it, else now. The core calls it after the store
+     * refused a renew with LEASE_ELOST. A later release leaves it LOST.
+     * Nothing to mark (pruned, another owner) is not an error.
      */
     int (*history_lost)(lease_store *store, const char *key, const char *owner,
                         uint64_t token);

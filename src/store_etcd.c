@@ -1049,33 +1049,91 @@ static int etcd_inspect(lease_info *out, lease_store *base, const char *key)
     return 0;
 }
 
+/* The lease key names of a range's kvs, "<prefix><kind>" (skip bytes)
+ * cut off; NULL for a name that is not one (too long, holds a NUL). */
+static char **kv_names(json_t *kvs, size_t skip)
+{
+    size_t i, n, count = json_array_size(kvs);
+    char **names = calloc(count ? count : 1, sizeof(*names));
+
+    for (i = 0; names && i < count; i++) {
+        char *k = b64_decode(json_string_value(json_object_get(json_array_get(kvs, i),
+                                                               "key")) ?: "", &n);
+
+        if (k && n > skip && n - skip <= LEASE_KEY_MAX && memchr(k, '\0', n) == NULL) {
+            memmove(k, k + skip, n - skip + 1);
+            names[i] = k;
+        } else {
+            free(k);
+        }
+    }
+    return names;
+}
+
+static void free_names(char **names, size_t count)
+{
+    size_t i;
+
+    for (i = 0; names && i < count; i++)
+        free(names[i]);
+    free(names);
+}
+
+/* The kv of kvs whose name is `name`, walking *at forward: both lists are
+ * in the same (byte) order, so the walk is one merge over the whole list. */
+static json_t *kv_named(json_t *kvs, char **names, size_t *at, const char *name)
+{
+    size_t count = json_array_size(kvs);
+
+    while (*at < count && (names[*at] == NULL || strcmp(names[*at], name) < 0))
+        (*at)++;
+    return *at < count && strcmp(names[*at], name) == 0 ? json_array_get(kvs, *at) : NULL;
+}
+
+/*
+ * One txn reads the seen/, lease/ and meta/ keys under the prefix, at one
+ * revision, each range in key order; a merge joins them. Only held keys
+ * cost one more call each (the time left on their etcd lease).
+ */
 static int etcd_list(lease_store *base, const char *prefix, lease_list_cb cb,
                      void *payload)
 {
     etcd_store *s = (etcd_store *)base;
-    json_t *res, *kvs;
-    size_t i, skip = s->prefix_len + 5; /* "<prefix>seen/" */
+    json_t *res, *resp, *kvs[3];
+    char **names[3];
+    size_t skip[3] = { s->prefix_len + 5, s->prefix_len + 6, s->prefix_len + 5 };
+    size_t i, li = 0, mi = 0;
     int rc;
 
-    /* keys_only: the names are all we need; inspect reads each one. */
-    rc = call(&res, s, "/v3/kv/range",
-              json_pack("{s:o, s:o, s:b}", "key", jkey(s, "seen/", prefix),
-                        "range_end", jrange_end(s, "seen/", prefix), "keys_only", 1),
+    rc = call(&res, s, "/v3/kv/txn",
+              json_pack("{s:[{s:o}, {s:o}, {s:o}]}", "success",
+                        "request_range", range_body(s, "seen/", prefix),
+                        "request_range", range_body(s, "lease/", prefix),
+                        "request_range", range_body(s, "meta/", prefix)),
               "list");
     if (rc < 0)
         return rc;
-    kvs = json_object_get(res, "kvs");
-    for (i = 0; i < json_array_size(kvs) && rc == 0; i++) {
-        size_t n;
-        char *k = b64_decode(json_string_value(json_object_get(json_array_get(kvs, i),
-                                                               "key")) ?: "", &n);
+    resp = json_object_get(res, "responses");
+    for (i = 0; i < 3; i++) {
+        kvs[i] = json_object_get(json_object_get(json_array_get(resp, i),
+                                                 "response_range"), "kvs");
+        names[i] = kv_names(kvs[i], skip[i]);
+    }
+    if (names[0] == NULL || names[1] == NULL || names[2] == NULL)
+        rc = lease__seterr(LEASE_ENOMEM, "out of memory listing keys");
+    for (i = 0; rc == 0 && i < json_array_size(kvs[0]); i++) {
+        json_t *seen = json_array_get(kvs[0], i);
         lease_info info;
 
-        if (k && n > skip && n - skip <= LEASE_KEY_MAX &&
-            etcd_inspect(&info, base, k + skip) == 0)
-            rc = cb(&info, payload);
-        free(k);
+        if (names[0][i] == NULL)
+            continue;
+        fill_info(&info, s, names[0][i], kv_named(kvs[1], names[1], &li, names[0][i]),
+                  kv_named(kvs[2], names[2], &mi, names[0][i]),
+                  (uint64_t)jint(seen, "mod_revision"));
+        rc = cb(&info, payload);
     }
+    for (i = 0; i < 3; i++)
+        free_names(names[i], json_array_size(kvs[i]));
     json_decref(res);
     return rc;
 }

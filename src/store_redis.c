@@ -658,18 +658,10 @@ static int redis_release(lease_store *base, const char *key, const char *owner,
     return 0;
 }
 
-static int redis_inspect(lease_info *out, lease_store *base, const char *key)
+/* The inspect script's reply, for `key`; ENOTFOUND for a key never
+ * acquired. Frees r. */
+static int inspect_reply(lease_info *out, redisReply *r, const char *key)
 {
-    redis_store *s = (redis_store *)base;
-    char lk[KEYBUF], ck[KEYBUF];
-    const char *args[2] = { lk, ck };
-    redisReply *r;
-    int rc;
-
-    key_of(lk, sizeof(lk), s, "", key, ":lease");
-    key_of(ck, sizeof(ck), s, "", key, ":token");
-    if ((rc = eval(&r, s, SC_INSPECT, 2, args, NULL, 2, "inspect")) < 0)
-        return rc;
     if (r->type != REDIS_REPLY_ARRAY || r->elements < 1 ||
         r->element[0]->integer != 1 || r->elements < 7) {
         freeReplyObject(r);
@@ -685,6 +677,75 @@ static int redis_inspect(lease_info *out, lease_store *base, const char *key)
     out->remaining_ms = out->held ? str_u64(r->element[5]) : 0;
     out->ttl_ms = out->held ? str_u64(r->element[6]) : 0;
     freeReplyObject(r);
+    return 0;
+}
+
+static int redis_inspect(lease_info *out, lease_store *base, const char *key)
+{
+    redis_store *s = (redis_store *)base;
+    char lk[KEYBUF], ck[KEYBUF];
+    const char *args[2] = { lk, ck };
+    redisReply *r;
+    int rc;
+
+    key_of(lk, sizeof(lk), s, "", key, ":lease");
+    key_of(ck, sizeof(ck), s, "", key, ":token");
+    if ((rc = eval(&r, s, SC_INSPECT, 2, args, NULL, 2, "inspect")) < 0)
+        return rc;
+    return inspect_reply(out, r, key);
+}
+
+/*
+ * Inspect n keys in one pipelined round trip: infos[*got ...] receive the
+ * ones that exist. A script the server lost (NOSCRIPT) or any other error
+ * reply falls back to one inspect for that key.
+ */
+static int inspect_many(lease_info *infos, size_t *got, redis_store *s,
+                        char (*names)[LEASE_KEY_MAX + 1], size_t n)
+{
+    char lk[KEYBUF], ck[KEYBUF];
+    size_t i, sent = 0;
+    int rc = 0;
+
+    if ((rc = ensure(s)) < 0)
+        return rc;
+    for (i = 0; i < n; i++) {
+        const char *argv[5] = { "EVALSHA", s->sha[SC_INSPECT], "2", lk, ck };
+
+        key_of(lk, sizeof(lk), s, "", names[i], ":lease");
+        key_of(ck, sizeof(ck), s, "", names[i], ":token");
+        if (redisAppendCommandArgv(s->ctx, 5, argv, NULL) != REDIS_OK)
+            break;
+        sent++;
+    }
+    /* Read every reply that was queued, even after a failure, so that the
+     * connection is not left with answers in flight. */
+    for (i = 0; i < sent; i++) {
+        redisReply *r = NULL;
+
+        if (s->ctx == NULL || redisGetReply(s->ctx, (void **)&r) != REDIS_OK || r == NULL) {
+            if (s->ctx)
+                rc = fail_ctx(s, s->ctx, "list");
+            return rc < 0 ? rc : lease__seterr(LEASE_ESTORE, "redis list: no reply");
+        }
+        if (r->type == REDIS_REPLY_ERROR) {
+            freeReplyObject(r);
+            continue; /* again below, alone */
+        }
+        if (inspect_reply(&infos[*got], r, names[i]) == 0)
+            (*got)++;
+        names[i][0] = '\0'; /* done */
+    }
+    if (sent < n)
+        return fail_ctx(s, s->ctx, "list");
+    for (i = 0; i < n; i++) {
+        if (names[i][0] == '\0')
+            continue;
+        if ((rc = redis_inspect(&infos[*got], &s->parent, names[i])) == 0)
+            (*got)++;
+        else if (rc != LEASE_ENOTFOUND)
+            return rc;
+    }
     return 0;
 }
 
@@ -713,6 +774,7 @@ static int redis_list(lease_store *base, const char *prefix, lease_list_cb cb,
     char pat[2 * (64 + LEASE_KEY_MAX) + 16], ep[2 * 64 + 2], ek[2 * LEASE_KEY_MAX + 2];
     char cursor[32] = "0";
     lease_info *infos = NULL;
+    char (*batch)[LEASE_KEY_MAX + 1] = NULL;
     size_t n = 0, cap = 0, i, plen = strlen(s->prefix);
     int rc, rounds;
 
@@ -726,6 +788,7 @@ static int redis_list(lease_store *base, const char *prefix, lease_list_cb cb,
     for (rounds = 0; rounds < 1000000; rounds++) {
         const char *a[6] = { "SCAN", cursor, "MATCH", pat, "COUNT", "500" };
         redisReply *r;
+        size_t nb = 0;
 
         if ((rc = call(&r, s, s->ctx, 6, a, NULL, "list")) < 0) {
             freeReplyObject(r);
@@ -737,6 +800,15 @@ static int redis_list(lease_store *base, const char *prefix, lease_list_cb cb,
             goto out;
         }
         lease__strlcpy(cursor, r->element[0]->str, sizeof(cursor));
+        /* COUNT is a hint: size the batch by what came. */
+        free(batch);
+        batch = malloc((r->element[1]->elements ? r->element[1]->elements : 1) *
+                       sizeof(*batch));
+        if (batch == NULL) {
+            freeReplyObject(r);
+            rc = lease__seterr(LEASE_ENOMEM, "out of memory");
+            goto out;
+        }
         for (i = 0; i < r->element[1]->elements; i++) {
             const redisReply *k = r->element[1]->element[i];
             char name[LEASE_KEY_MAX + 1];
@@ -749,20 +821,25 @@ static int redis_list(lease_store *base, const char *prefix, lease_list_cb cb,
             name[len - plen - 8] = '\0';
             if (strncmp(name, prefix, strlen(prefix)) != 0)
                 continue;
-            if (n == cap) {
-                lease_info *p = realloc(infos, (cap ? cap * 2 : 32) * sizeof(*p));
-                if (p == NULL) {
-                    freeReplyObject(r);
-                    rc = lease__seterr(LEASE_ENOMEM, "out of memory");
-                    goto out;
-                }
-                infos = p;
-                cap = cap ? cap * 2 : 32;
-            }
-            if (redis_inspect(&infos[n], base, name) == 0)
-                n++;
+            memcpy(batch[nb++], name, sizeof(name));
         }
         freeReplyObject(r);
+        /* Room for the batch, then one pipelined round trip for it. */
+        if (n + nb > cap) {
+            size_t want = cap ? cap : 32;
+            lease_info *p;
+
+            while (want < n + nb)
+                want *= 2;
+            if ((p = realloc(infos, want * sizeof(*p))) == NULL) {
+                rc = lease__seterr(LEASE_ENOMEM, "out of memory");
+                goto out;
+            }
+            infos = p;
+            cap = want;
+        }
+        if (nb > 0 && (rc = inspect_many(infos, &n, s, batch, nb)) < 0)
+            goto out;
         if (strcmp(cursor, "0") == 0)
             break;
     }
@@ -771,6 +848,7 @@ static int redis_list(lease_store *base, const char *prefix, lease_list_cb cb,
     for (i = 0; i < n && rc == 0; i++)
         rc = cb(&infos[i], payload);
 out:
+    free(batch);
     free(infos);
     return rc;
 }

@@ -6,7 +6,8 @@
  *  - tokens are exact over the whole 64-bit range the library accepts
  *    (Lua's numbers are doubles: 2^53 and beyond must not be rounded, and
  *    no token may be printed as "1e+14");
- *  - the store reloads its scripts when the server forgot them (NOSCRIPT);
+ *  - the store reloads its scripts when the server forgot them (NOSCRIPT),
+ *    also in the middle of list's pipelined inspects;
  *  - prefix= and /db keep stores apart;
  *  - keys with glob characters, braces and colons list exactly;
  *  - a password never shows in a message or in the redacted URL.
@@ -310,6 +311,30 @@ static void test_noscript_reload(void **state)
     cmd_ok("SCRIPT FLUSH");
     new_opts(&o, owner, 30000);
     CHECK_RC(0, lease_acquire(&g2, NULL, s, key2, &o));
+    /* list pipelines its inspects: every one answered NOSCRIPT, and each
+     * key is inspected again alone. */
+    cmd_ok("SCRIPT FLUSH");
+    {
+        lease_info *list = NULL;
+        size_t n = 0;
+
+        CHECK_RC(0, lease_list(&list, &n, s, key));
+        ASSERT_U64_EQ(n, 2);
+        assert_string_equal(list[0].key, key);
+        assert_string_equal(list[1].key, key2);
+        ASSERT_U64_EQ(list[1].token, g2.token);
+        lease_list_free(list);
+    }
+    cmd_ok("SCRIPT FLUSH");
+    {
+        lease_history_entry *h = NULL;
+        size_t n = 0;
+
+        CHECK_RC(0, lease_history(&h, &n, s, key, 0));
+        ASSERT_U64_EQ(n, 1);
+        ASSERT_U64_EQ(h[0].token, g.token);
+        lease_history_free(h);
+    }
     cmd_ok("SCRIPT FLUSH");
     CHECK_RC(0, lease_release(s, &g));
     CHECK_RC(0, lease_release(s, &g2));

@@ -11,6 +11,13 @@
  *              owner and token, the token counter and the fencing marks
  *              survive, and the handle opened before the restart works
  *              again (ESTORE first at most, within a bounded retry loop).
+ *              So does the grant history: every acknowledged grant's
+ *              entry is there after the restart, field for field (token,
+ *              owner, label, ttl, grant time, ending, end time); a grant
+ *              held across it whose ttl ran out reads expired, dated by
+ *              its lease_until (acquired + ttl, exactly), and lost, with
+ *              the same date, once its holder's renew is refused; grants
+ *              after the restart are recorded above, with greater tokens.
  * unreachable: a closed port, a server frozen with SIGSTOP, and a server
  *              stopped under an open handle: every call is LEASE_ESTORE,
  *              never EBUSY (nor ELOST, nor ETIMEOUT), and no message
@@ -44,6 +51,136 @@ static void server(const char *cmd)
 }
 
 /* ======================================================================
+ * the grant history
+ * ====================================================================== */
+
+/* This host's wall clock in ms: the server's too (loopback, same host),
+ * whose clock_timestamp() dates the history. */
+static int64_t wall_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* A grant and the wall-clock window of the call that made it. */
+typedef struct timed_grant {
+    lease_grant g;
+    int64_t t0, t1;
+} timed_grant;
+
+static timed_grant timed_acquire(const char *key, const char *owner,
+                                 uint64_t ttl_ms, const char *label)
+{
+    timed_grant t;
+
+    t.t0 = wall_ms();
+    t.g = conf_acquire(key, owner, ttl_ms, label);
+    t.t1 = wall_ms();
+    ASSERT_U64_OP(t.g.ttl_ms, ==, ttl_ms);
+    return t;
+}
+
+static lease_history_entry *history_of(size_t *n, lease_store *s, const char *key)
+{
+    lease_history_entry *h = NULL;
+
+    *n = 0;
+    CHECK_RC(0, lease_history(&h, n, s, key, 0));
+    if (*n > 0)
+        assert_non_null(h);
+    else
+        assert_null(h);
+    return h;
+}
+
+/*
+ * The first history read through a handle whose connection died in the
+ * restart: ESTORE (never a short or empty history, never another error)
+ * until the handle reconnects; bounded (30 s).
+ */
+static lease_history_entry *history_after_restart(size_t *n, const char *key)
+{
+    lease_history_entry *h = NULL;
+    int64_t end = conf_now_ms() + 30000;
+    int rc, tries = 0;
+
+    for (;;) {
+        lease_error_clear();
+        *n = 0;
+        rc = lease_history(&h, n, conf_store, key, 0);
+        tries++;
+        if (rc == 0)
+            break;
+        if (rc != LEASE_ESTORE)
+            fail_msg("history after the restart: %s (%s); only ESTORE may come "
+                     "before the handle works again", lease_error_name(rc),
+                     lease_errmsg());
+        assert_null(h);
+        assert_int_equal(*n, 0);
+        ASSERT_NO_SECRET(lease_errmsg(), password);
+        if (conf_now_ms() > end)
+            fail_msg("history after the restart: still ESTORE after 30 s (%s)",
+                     lease_errmsg());
+        conf_sleep_ms(100);
+    }
+    printf("# the first history read after the restart: %d call(s)\n", tries);
+    return h;
+}
+
+/* Entry e is the grant t, ended so, at a time in [end_lo, end_hi] (0 0
+ * for held: no end time); granted within the call that made it. */
+static void check_entry(const lease_history_entry *e, const timed_grant *t,
+                        lease_ended ended, int64_t end_lo, int64_t end_hi)
+{
+    if (e->token != t->g.token || e->ended != ended)
+        fail_msg("history entry: token %" PRIu64 " %s, expected token %" PRIu64
+                 " %s", e->token, lease_ended_name(e->ended), t->g.token,
+                 lease_ended_name(ended));
+    assert_string_equal(e->owner, t->g.owner);
+    assert_string_equal(e->label, t->g.label);
+    ASSERT_U64_OP(e->ttl_ms, ==, t->g.ttl_ms);
+    ASSERT_I64_OP(e->acquired_ms, >=, t->t0);
+    ASSERT_I64_OP(e->acquired_ms, <=, t->t1);
+    ASSERT_I64_OP(e->ended_ms, >=, end_lo);
+    ASSERT_I64_OP(e->ended_ms, <=, end_hi);
+}
+
+/* An entry that ended when its lease expired: at acquired + ttl exactly
+ * (the store dates it by lease_until, and acquired is lease_until - ttl). */
+static void check_expiry(const lease_history_entry *e, const timed_grant *t,
+                         lease_ended ended)
+{
+    check_entry(e, t, ended, t->t0 + (int64_t)t->g.ttl_ms,
+                t->t1 + (int64_t)t->g.ttl_ms);
+    ASSERT_I64_OP(e->ended_ms, ==, e->acquired_ms + (int64_t)e->ttl_ms);
+}
+
+/* Two reads of a history are the same, entry by entry, field by field. */
+static void check_same(const lease_history_entry *a, size_t na,
+                       const lease_history_entry *b, size_t nb, const char *what)
+{
+    size_t i;
+
+    if (na != nb)
+        fail_msg("%s: %zu entries, expected %zu", what, na, nb);
+    for (i = 0; i < na; i++)
+        if (a[i].token != b[i].token || strcmp(a[i].owner, b[i].owner) != 0 ||
+            strcmp(a[i].label, b[i].label) != 0 || a[i].ttl_ms != b[i].ttl_ms ||
+            a[i].acquired_ms != b[i].acquired_ms || a[i].ended != b[i].ended ||
+            a[i].ended_ms != b[i].ended_ms)
+            fail_msg("%s, entry %zu: token %" PRIu64 " owner %s label '%s' ttl %"
+                     PRIu64 " acquired %" PRId64 " %s at %" PRId64 "; expected "
+                     "token %" PRIu64 " owner %s label '%s' ttl %" PRIu64
+                     " acquired %" PRId64 " %s at %" PRId64, what, i, a[i].token,
+                     a[i].owner, a[i].label, a[i].ttl_ms, a[i].acquired_ms,
+                     lease_ended_name(a[i].ended), a[i].ended_ms, b[i].token,
+                     b[i].owner, b[i].label, b[i].ttl_ms, b[i].acquired_ms,
+                     lease_ended_name(b[i].ended), b[i].ended_ms);
+}
+
+/* ======================================================================
  * restart
  * ====================================================================== */
 
@@ -51,9 +188,14 @@ static void test_restart_lease_and_counter_survive(void **state)
 {
     char key[LEASE_KEY_MAX + 1], counter[LEASE_KEY_MAX + 1], res[LEASE_KEY_MAX + 1];
     char a[LEASE_OWNER_BUFSZ], b[LEASE_OWNER_BUFSZ], c[LEASE_OWNER_BUFSZ];
+    char cyc_owner[3][LEASE_OWNER_BUFSZ];
     char seen[256] = "";
     lease_acquire_opts o;
     lease_grant ga, gb, g;
+    timed_grant tga, tgb, tg, cyc[3];
+    int64_t rel[3][2], t_up;
+    lease_history_entry *hk, *hc, *h;
+    size_t nk, nc, n;
     lease_info info;
     lease_store *fresh;
     uint64_t last = 0, mark;
@@ -70,18 +212,32 @@ static void test_restart_lease_and_counter_survive(void **state)
     conf_owner(b);
     CHECK_RC(0, lease_store_set_timeout(conf_store, 2000));
 
-    ga = conf_acquire(key, a, 120000, "held across the restart");
+    tga = timed_acquire(key, a, 120000, "held across the restart");
+    ga = tga.g;
     CHECK_RC(0, lease_guarded_put(conf_store, &ga, key, "before", 6));
     for (i = 0; i < 3; i++) {
-        conf_owner(c);
-        g = conf_acquire(counter, c, 60000, NULL);
-        ASSERT_U64_OP(g.token, >, last);
-        last = g.token;
-        CHECK_RC(0, lease_release(conf_store, &g));
+        conf_owner(cyc_owner[i]);
+        cyc[i] = timed_acquire(counter, cyc_owner[i], 60000, NULL);
+        ASSERT_U64_OP(cyc[i].g.token, >, last);
+        last = cyc[i].g.token;
+        rel[i][0] = wall_ms();
+        CHECK_RC(0, lease_release(conf_store, &cyc[i].g));
+        rel[i][1] = wall_ms();
     }
-    gb = conf_acquire(counter, b, 120000, "counter holder");
+    tgb = timed_acquire(counter, b, 120000, "counter holder");
+    gb = tgb.g;
     ASSERT_U64_OP(gb.token, >, last);
     CHECK_RC(0, lease_fence_advance(&mark, conf_store, res, gb.token));
+
+    /* The history before the restart, as acknowledged. */
+    hk = history_of(&nk, conf_store, key);
+    assert_int_equal(nk, 1);
+    check_entry(&hk[0], &tga, LEASE_ENDED_HELD, 0, 0);
+    hc = history_of(&nc, conf_store, counter);
+    assert_int_equal(nc, 4);
+    check_entry(&hc[0], &tgb, LEASE_ENDED_HELD, 0, 0);
+    for (i = 0; i < 3; i++)
+        check_entry(&hc[3 - i], &cyc[i], LEASE_ENDED_RELEASED, rel[i][0], rel[i][1]);
 
     server("restart");
 
@@ -107,10 +263,18 @@ static void test_restart_lease_and_counter_survive(void **state)
     printf("# the old handle after the restart: %s (%" PRId64 " ms)\n", seen,
            conf_now_ms() - t);
     CHECK_RC(0, rc);
+    t_up = wall_ms();
     assert_int_equal(info.held, 1);
     assert_string_equal(info.owner, a);
     ASSERT_U64_OP(info.token, ==, ga.token);
     assert_string_equal(info.label, "held across the restart");
+    /* Every acknowledged grant's entry, exactly as before the restart. */
+    h = history_of(&n, conf_store, key);
+    check_same(h, n, hk, nk, "history of the held key after the restart");
+    lease_history_free(h);
+    h = history_of(&n, conf_store, counter);
+    check_same(h, n, hc, nc, "history of the counter key after the restart");
+    lease_history_free(h);
 
     /* Still the holder: renew works, others are refused. */
     CHECK_RC(0, lease_renew(&ga, conf_store, 0));
@@ -123,8 +287,17 @@ static void test_restart_lease_and_counter_survive(void **state)
     assert_string_equal(info.owner, b);
     ASSERT_U64_OP(info.token, ==, gb.token);
     CHECK_RC(0, lease_release(conf_store, &gb));
-    g = conf_acquire(counter, c, 60000, NULL);
+    tg = timed_acquire(counter, c, 60000, "after the restart");
+    g = tg.g;
     ASSERT_U64_OP(g.token, >, gb.token);
+    /* Recorded above the grants from before, which are unchanged but for
+     * the release of the one that was held. */
+    h = history_of(&n, conf_store, counter);
+    assert_int_equal(n, 5);
+    check_entry(&h[0], &tg, LEASE_ENDED_HELD, 0, 0);
+    check_entry(&h[1], &tgb, LEASE_ENDED_RELEASED, t_up, tg.t0);
+    check_same(h + 2, 3, hc + 1, 3, "history of the counter key, the released grants");
+    lease_history_free(h);
     CHECK_RC(0, lease_release(conf_store, &g));
 
     /* Marks and guarded data too. */
@@ -141,8 +314,19 @@ static void test_restart_lease_and_counter_survive(void **state)
     CHECK_RC(0, lease_inspect(&info, fresh, key));
     assert_string_equal(info.owner, a);
     ASSERT_U64_OP(info.token, ==, ga.token);
+    /* ... and the history of the held key exactly as it was (renewed
+     * since, which changes no entry). */
+    h = history_of(&n, fresh, key);
+    check_same(h, n, hk, nk, "history of the held key after the restart");
+    lease_history_free(h);
     lease_store_close(fresh);
     CHECK_RC(0, lease_release(conf_store, &ga));
+    h = history_of(&n, conf_store, key);
+    assert_int_equal(n, 1);
+    check_entry(&h[0], &tga, LEASE_ENDED_RELEASED, t_up, wall_ms());
+    lease_history_free(h);
+    lease_history_free(hk);
+    lease_history_free(hc);
 }
 
 /* A waiting acquire rides through a restart: while it waits, ESTORE is
@@ -155,8 +339,11 @@ static void test_restart_waiting_acquire_and_keeper(void **state)
     lease_keeper_opts ko = LEASE_KEEPER_OPTS_INIT;
     lease_keeper *keeper;
     lease_grant g, kg, last;
+    timed_grant tkg;
+    lease_history_entry *hk, *h;
+    size_t nk, n;
     lease_info info;
-    int64_t t;
+    int64_t t, t_up, t_rel;
     int rc;
 
     (void)state;
@@ -166,7 +353,11 @@ static void test_restart_waiting_acquire_and_keeper(void **state)
     conf_owner(k);
     CHECK_RC(0, lease_store_set_timeout(conf_store, 2000));
 
-    kg = conf_acquire(kk, k, 10000, "kept");
+    tkg = timed_acquire(kk, k, 10000, "kept");
+    kg = tkg.g;
+    hk = history_of(&nk, conf_store, kk);
+    assert_int_equal(nk, 1);
+    check_entry(&hk[0], &tkg, LEASE_ENDED_HELD, 0, 0);
     ko.renew_every_ms = 300;
     CHECK_RC(0, lease_keeper_start(&keeper, conf_store, &kg, &ko));
 
@@ -180,7 +371,20 @@ static void test_restart_waiting_acquire_and_keeper(void **state)
     printf("# waiting acquire right after the restart: %s after %" PRId64 " ms\n",
            lease_error_name(rc), conf_now_ms() - t);
     CHECK_RC(0, rc);
+    t_up = wall_ms();
     CHECK_RC(0, lease_release(conf_store, &g));
+    /* The grant made right after the restart, and its release. */
+    h = history_of(&n, conf_store, key);
+    assert_int_equal(n, 1);
+    ASSERT_U64_OP(h[0].token, ==, g.token);
+    assert_string_equal(h[0].owner, a);
+    assert_string_equal(h[0].label, "");
+    ASSERT_U64_OP(h[0].ttl_ms, ==, 30000);
+    assert_int_equal(h[0].ended, LEASE_ENDED_RELEASED);
+    ASSERT_I64_OP(h[0].acquired_ms, <=, t_up);
+    ASSERT_I64_OP(h[0].ended_ms, >=, t_up);
+    ASSERT_I64_OP(h[0].ended_ms, <=, wall_ms());
+    lease_history_free(h);
 
     /* The keeper renewed through it (its ttl is 10 s, the outage about 1). */
     t = conf_now_ms();
@@ -193,8 +397,18 @@ static void test_restart_waiting_acquire_and_keeper(void **state)
     assert_int_equal(info.held, 1);
     assert_string_equal(info.owner, k);
     ASSERT_U64_OP(info.token, ==, kg.token);
+    /* Its entry: the same, still held (renewals change no entry). */
+    h = history_of(&n, conf_store, kk);
+    check_same(h, n, hk, nk, "history of the kept key after the restart");
+    lease_history_free(h);
+    t_rel = wall_ms();
     CHECK_RC(0, lease_keeper_stop(&last, keeper, 1));
     ASSERT_U64_OP(last.token, ==, kg.token);
+    h = history_of(&n, conf_store, kk);
+    assert_int_equal(n, 1);
+    check_entry(&h[0], &tkg, LEASE_ENDED_RELEASED, t_rel, wall_ms());
+    lease_history_free(h);
+    lease_history_free(hk);
 }
 
 /* Sessions of other processes idle after a LISTEN (the store's waiters). */
@@ -222,6 +436,9 @@ static void test_restart_during_wait(void **state)
     char key[LEASE_KEY_MAX + 1], a[LEASE_OWNER_BUFSZ];
     int fds[2], st;
     lease_grant held;
+    timed_grant th;
+    lease_history_entry *h;
+    size_t n;
     pg_rec got;
     PGconn *c;
     pid_t pid;
@@ -231,7 +448,8 @@ static void test_restart_during_wait(void **state)
     (void)state;
     conf_key(key, "restart/during-wait");
     conf_owner(a);
-    held = conf_acquire(key, a, 3000, "holder");
+    th = timed_acquire(key, a, 3000, "holder");
+    held = th.g;
     c = raw_connect(conf_url);
     base = listeners(c);
     conf_pipe(fds);
@@ -257,7 +475,8 @@ static void test_restart_during_wait(void **state)
         o.backoff_max_ms = 20000;
         memset(&g, 0, sizeof(g));
         rc = lease_acquire(&g, NULL, s, key, &o);
-        pg_send(fds[1], 1, rc, rc == 0 ? g.token : 0, lease_errmsg());
+        /* Its owner on success (for the history), else the message. */
+        pg_send(fds[1], 1, rc, rc == 0 ? g.token : 0, rc == 0 ? w : lease_errmsg());
         lease_store_close(s);
         _exit(0);
     }
@@ -281,6 +500,126 @@ static void test_restart_during_wait(void **state)
         fail_msg("a waiting acquire ended with %s when the server restarted "
                  "during its wait", lease_error_name(got.rc));
     ASSERT_U64_OP(got.value, >, held.token);
+
+    /* The holder's grant, held across the restart, ran out after it: the
+     * waiter's grant found it expired at its lease_until, and is recorded
+     * above it (still held: the child left without releasing). */
+    h = history_after_restart(&n, key);
+    assert_int_equal(n, 2);
+    ASSERT_U64_OP(h[0].token, ==, got.value);
+    assert_string_equal(h[0].owner, got.text);
+    assert_string_equal(h[0].label, "waiter");
+    ASSERT_U64_OP(h[0].ttl_ms, ==, 30000);
+    assert_int_equal(h[0].ended, LEASE_ENDED_HELD);
+    ASSERT_I64_OP(h[0].acquired_ms, >=, h[1].ended_ms);
+    check_expiry(&h[1], &th, LEASE_ENDED_EXPIRED);
+    lease_history_free(h);
+}
+
+/*
+ * Every ending survives the crash-restart. On one key: released, expired
+ * (found by the next grant), lost (a renew refused after the expiry) and
+ * held (a label with quotes, a backslash and UTF-8), read after the
+ * restart through the handle from before it: the same entries, field by
+ * field. Two grants of 300 ms are held when the server goes down; their
+ * ttl runs out across the restart: one reads expired at its lease_until,
+ * the other's holder comes back, is refused, and reads lost at the same
+ * time. The holder of the first key releases after the restart, and the
+ * next grant is recorded above, with a greater token.
+ */
+static void test_restart_history_endings(void **state)
+{
+    static const char odd[] = "held \"q\" 'x' \\ caf\xc3\xa9 %_;";
+    char key[LEASE_KEY_MAX + 1], down[LEASE_KEY_MAX + 1], late[LEASE_KEY_MAX + 1];
+    char a[LEASE_OWNER_BUFSZ], b[LEASE_OWNER_BUFSZ], c[LEASE_OWNER_BUFSZ],
+        d[LEASE_OWNER_BUFSZ], e[LEASE_OWNER_BUFSZ], f[LEASE_OWNER_BUFSZ];
+    timed_grant ta, tb, tc, td, tdown, tlate, tnext;
+    lease_history_entry *before, *h;
+    size_t nbefore, n;
+    int64_t rel0, rel1, t_up, t_rel;
+    int rc;
+
+    (void)state;
+    conf_key(key, "restart/history/endings");
+    conf_key(down, "restart/history/down");
+    conf_key(late, "restart/history/late");
+    conf_owner(a);
+    conf_owner(b);
+    conf_owner(c);
+    conf_owner(d);
+    conf_owner(e);
+    conf_owner(f);
+    CHECK_RC(0, lease_store_set_timeout(conf_store, 2000));
+
+    ta = timed_acquire(key, a, 30000, "released");
+    rel0 = wall_ms();
+    CHECK_RC(0, lease_release(conf_store, &ta.g));
+    rel1 = wall_ms();
+    tb = timed_acquire(key, b, 300, "expired");
+    conf_wait_free(key, 300);
+    tc = timed_acquire(key, c, 300, "lost");
+    conf_wait_free(key, 300);
+    CHECK_FAIL(LEASE_ELOST, lease_renew(&tc.g, conf_store, 0));
+    td = timed_acquire(key, d, 120000, odd);
+    tdown = timed_acquire(down, e, 300, "down");
+    tlate = timed_acquire(late, f, 300, "late");
+
+    before = history_of(&nbefore, conf_store, key);
+    assert_int_equal(nbefore, 4);
+    check_entry(&before[0], &td, LEASE_ENDED_HELD, 0, 0);
+    check_expiry(&before[1], &tc, LEASE_ENDED_LOST);
+    check_expiry(&before[2], &tb, LEASE_ENDED_EXPIRED);
+    check_entry(&before[3], &ta, LEASE_ENDED_RELEASED, rel0, rel1);
+
+    server("restart");
+
+    h = history_after_restart(&n, key);
+    t_up = wall_ms();
+    check_same(h, n, before, nbefore, "history after the restart");
+    lease_history_free(h);
+
+    /* Held at the crash, expired since (a bounded wait: the restart may
+     * have been quicker than 300 ms). */
+    conf_wait_free(down, 300);
+    h = history_of(&n, conf_store, down);
+    assert_int_equal(n, 1);
+    check_expiry(&h[0], &tdown, LEASE_ENDED_EXPIRED);
+    lease_history_free(h);
+
+    /* Held at the crash; its holder's renew after the restart is refused. */
+    conf_wait_free(late, 300);
+    CHECK_FAIL(LEASE_ELOST, lease_renew(&tlate.g, conf_store, 0));
+    h = history_of(&n, conf_store, late);
+    assert_int_equal(n, 1);
+    check_expiry(&h[0], &tlate, LEASE_ENDED_LOST);
+    lease_history_free(h);
+    /* The chapter's release still accepts the owner of an expired lease
+     * nobody took; the grant stays lost, with its time. */
+    rc = lease_release(conf_store, &tlate.g);
+    if (rc != 0 && rc != LEASE_ELOST)
+        fail_msg("release after the refused renew: %s (%s)", lease_error_name(rc),
+                 lease_errmsg());
+    h = history_of(&n, conf_store, late);
+    assert_int_equal(n, 1);
+    check_expiry(&h[0], &tlate, LEASE_ENDED_LOST);
+    lease_history_free(h);
+
+    /* The holder from before the restart renews and releases; the next
+     * grant goes above, the older entries unchanged. */
+    CHECK_RC(0, lease_renew(&td.g, conf_store, 0));
+    t_rel = wall_ms();
+    CHECK_RC(0, lease_release(conf_store, &td.g));
+    tnext = timed_acquire(key, a, 30000, "after the restart");
+    ASSERT_U64_OP(tnext.g.token, >, td.g.token);
+    h = history_of(&n, conf_store, key);
+    assert_int_equal(n, 5);
+    check_entry(&h[0], &tnext, LEASE_ENDED_HELD, 0, 0);
+    check_entry(&h[1], &td, LEASE_ENDED_RELEASED, t_rel, tnext.t0);
+    ASSERT_I64_OP(h[1].ended_ms, >=, t_up);
+    check_same(h + 2, 3, before + 1, 3, "history after the restart, the ended grants");
+    lease_history_free(h);
+    lease_history_free(before);
+    CHECK_RC(0, lease_release(conf_store, &tnext.g));
 }
 
 /* ======================================================================
@@ -507,6 +846,7 @@ int main(int argc, char **argv)
         CONF_TEST(test_restart_lease_and_counter_survive),
         CONF_TEST(test_restart_waiting_acquire_and_keeper),
         CONF_TEST(test_restart_during_wait),
+        CONF_TEST(test_restart_history_endings),
     };
     static const struct CMUnitTest unreachable[] = {
         CONF_TEST(test_unreachable_closed_port),

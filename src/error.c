@@ -7,10 +7,7 @@
 
 #include "lease_int.h"
 
-/* Long enough for a key, a label, an owner and a store's own message. */
-#define ERRMSG_SIZE 1024
-
-static _Thread_local char errmsg[ERRMSG_SIZE];
+static _Thread_local char errmsg[LEASE__ERRMSG_SIZE];
 static _Thread_local int errcode;
 
 const char *lease_error_name(int code)
@@ -61,7 +58,7 @@ void lease_error_clear(void)
 
 int lease_store_seterr(int code, const char *fmt, ...)
 {
-    char buf[ERRMSG_SIZE];
+    char buf[LEASE__ERRMSG_SIZE];
     va_list ap;
 
     /* fmt may use the old message (e.g. to add context), so format aside. */
@@ -82,4 +79,3 @@ int lease__not_holder(const char *what, const char *key, uint64_t token,
                               what ? what : "", what ? " " : "", key,
                               (unsigned long long)token, tail ? tail : "");
 }
-

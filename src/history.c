@@ -93,7 +93,7 @@ void lease_history_free(lease_history_entry *entries)
 
 void lease__history_lost(lease_store *s, const lease_grant *g)
 {
-    char saved[1024];
+    char saved[LEASE__ERRMSG_SIZE];
 
     if (!has_history(s) || s->backend->history_lost == NULL)
         return;

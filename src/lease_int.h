@@ -15,7 +15,9 @@
 #define LEASE__TOKEN_MAX ((uint64_t)INT64_MAX)
 #define LEASE__TIMEOUT_DEFAULT_MS 5000u
 
-/* error.c */
+/* error.c; the message is long enough for a key, a label, an owner and a
+ * store's own message. */
+#define LEASE__ERRMSG_SIZE 1024
 #define lease__seterr lease_store_seterr
 /* LEASE_ELOST for (key, token), said the same way by every store:
  * "<what> '<key>': token N of this owner is no longer the unexpired

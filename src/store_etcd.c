@@ -377,12 +377,17 @@ static char *kv_value(json_t *kv, size_t *len)
 }
 
 /* The kvs[0] of the i-th response of a txn, NULL if none. */
-static json_t *txn_kv(json_t *txn, size_t i)
+/* The kvs of the i-th response of a txn (a range's), or NULL. */
+static json_t *txn_kvs(json_t *txn, size_t i)
 {
     json_t *r = json_array_get(json_object_get(txn, "responses"), i);
-    json_t *rr = json_object_get(r, "response_range");
 
-    return json_array_get(json_object_get(rr, "kvs"), 0);
+    return json_object_get(json_object_get(r, "response_range"), "kvs");
+}
+
+static json_t *txn_kv(json_t *txn, size_t i)
+{
+    return json_array_get(txn_kvs(txn, i), 0);
 }
 
 static int txn_ok(json_t *txn)
@@ -899,12 +904,8 @@ static int etcd_history(lease_history_entry *out, size_t *n, lease_store *base,
               "history");
     if (rc < 0)
         return rc;
-    entries = json_object_get(json_object_get(
-                  json_array_get(json_object_get(res, "responses"), 0), "response_range"),
-              "kvs");
-    marks = json_object_get(json_object_get(
-                json_array_get(json_object_get(res, "responses"), 1), "response_range"),
-            "kvs");
+    entries = txn_kvs(res, 0);
+    marks = txn_kvs(res, 1);
     if (json_array_size(marks) &&
         (m = calloc(json_array_size(marks), sizeof(*m))) == NULL) {
         json_decref(res);
@@ -1099,7 +1100,7 @@ static int etcd_list(lease_store *base, const char *prefix, lease_list_cb cb,
                      void *payload)
 {
     etcd_store *s = (etcd_store *)base;
-    json_t *res, *resp, *kvs[3];
+    json_t *res, *kvs[3];
     char **names[3];
     size_t skip[3] = { s->prefix_len + 5, s->prefix_len + 6, s->prefix_len + 5 };
     size_t i, li = 0, mi = 0;
@@ -1113,10 +1114,8 @@ static int etcd_list(lease_store *base, const char *prefix, lease_list_cb cb,
               "list");
     if (rc < 0)
         return rc;
-    resp = json_object_get(res, "responses");
     for (i = 0; i < 3; i++) {
-        kvs[i] = json_object_get(json_object_get(json_array_get(resp, i),
-                                                 "response_range"), "kvs");
+        kvs[i] = txn_kvs(res, i);
         names[i] = kv_names(kvs[i], skip[i]);
     }
     if (names[0] == NULL || names[1] == NULL || names[2] == NULL)

@@ -52,33 +52,7 @@
 #include "lease/fence.h"
 #include "lease/keeper.h"
 
-/* ---- assertions that say what the library said ------------------------ */
-
-#define CHECK_RC(expected, call)                                              \
-    do {                                                                      \
-        int rc_ = (call);                                                     \
-        int exp_ = (expected);                                                \
-        if (rc_ != exp_)                                                      \
-            fail_msg("%s returned %s (%d), expected %s (%d); errmsg: %s",     \
-                     #call, lease_error_name(rc_), rc_,                       \
-                     lease_error_name(exp_), exp_, lease_errmsg());           \
-    } while (0)
-
-#define ASSERT_U64_OP(a, op, b)                                               \
-    do {                                                                      \
-        uint64_t a_ = (uint64_t)(a), b_ = (uint64_t)(b);                      \
-        if (!(a_ op b_))                                                      \
-            fail_msg("expected %s %s %s, but %" PRIu64 " %s %" PRIu64, #a,    \
-                     #op, #b, a_, #op, b_);                                   \
-    } while (0)
-
-#define ASSERT_I64_OP(a, op, b)                                               \
-    do {                                                                      \
-        int64_t a_ = (int64_t)(a), b_ = (int64_t)(b);                         \
-        if (!(a_ op b_))                                                      \
-            fail_msg("expected %s %s %s, but %" PRId64 " %s %" PRId64, #a,    \
-                     #op, #b, a_, #op, b_);                                   \
-    } while (0)
+#include "conf_assert.h"
 
 static int64_t now_ms(void)
 {

@@ -31,29 +31,13 @@
 #include <hiredis/hiredis.h>
 
 #include "lease.h"
+#include "conf_assert.h"
 
 static const char *url;       /* the shared server */
 static char host[256];
 static int port;
 static char base[96];         /* "redis_store/<uuid>/" */
 static redisContext *raw;     /* a plain connection, for setting up */
-
-#define CHECK_RC(expected, call)                                              \
-    do {                                                                      \
-        int rc_ = (call);                                                     \
-        int exp_ = (expected);                                                \
-        if (rc_ != exp_)                                                      \
-            fail_msg("%s returned %s (%d), expected %s (%d); errmsg: %s",     \
-                     #call, lease_error_name(rc_), rc_,                       \
-                     lease_error_name(exp_), exp_, lease_errmsg());           \
-    } while (0)
-
-#define ASSERT_U64_EQ(a, b)                                                   \
-    do {                                                                      \
-        uint64_t a_ = (uint64_t)(a), b_ = (uint64_t)(b);                      \
-        if (a_ != b_)                                                         \
-            fail_msg("%s: expected %" PRIu64 ", got %" PRIu64, #a, b_, a_);   \
-    } while (0)
 
 /* ---- a raw connection ----------------------------------------------------- */
 
@@ -206,34 +190,34 @@ static void token_after(const char *name, const char *before, uint64_t expected)
 
     new_opts(&o, owner, 30000);
     CHECK_RC(0, lease_acquire(&g, NULL, s, key, &o));
-    ASSERT_U64_EQ(g.token, expected);
+    ASSERT_U64_OP(g.token, ==, expected);
     /* A retried acquire by the same owner: the same token. */
     CHECK_RC(0, lease_acquire(&g2, NULL, s, key, &o));
-    ASSERT_U64_EQ(g2.token, expected);
+    ASSERT_U64_OP(g2.token, ==, expected);
     CHECK_RC(0, lease_inspect(&info, s, key));
     assert_true(info.held);
-    ASSERT_U64_EQ(info.token, expected);
+    ASSERT_U64_OP(info.token, ==, expected);
     /* Renew and release compare the stored token with the grant's. */
     CHECK_RC(0, lease_renew(&g, s, 30000));
     CHECK_RC(0, lease_release(s, &g));
     CHECK_RC(0, lease_inspect(&info, s, key));
     assert_false(info.held);
-    ASSERT_U64_EQ(info.token, expected);
+    ASSERT_U64_OP(info.token, ==, expected);
 
     /* The fence compares exactly too. */
     snprintf(res, sizeof(res), "%sres", key);
     CHECK_RC(0, lease_fence_advance(&mark, s, res, expected));
-    ASSERT_U64_EQ(mark, expected);
+    ASSERT_U64_OP(mark, ==, expected);
     CHECK_RC(LEASE_ESTALE, lease_fence_advance(&mark, s, res, expected - 1));
-    ASSERT_U64_EQ(mark, expected);
+    ASSERT_U64_OP(mark, ==, expected);
 
     if (expected < UINT64_C(9223372036854775807)) {
         new_opts(&o, owner, 30000);
         CHECK_RC(0, lease_acquire(&g, NULL, s, key, &o));
-        ASSERT_U64_EQ(g.token, expected + 1);
+        ASSERT_U64_OP(g.token, ==, expected + 1);
         CHECK_RC(0, lease_release(s, &g));
         CHECK_RC(0, lease_fence_advance(&mark, s, res, expected + 1));
-        ASSERT_U64_EQ(mark, expected + 1);
+        ASSERT_U64_OP(mark, ==, expected + 1);
     }
 }
 
@@ -270,13 +254,13 @@ static void test_fence_big_tokens(void **state)
     CHECK_RC(0, lease_fence_advance(&mark, s, res, UINT64_C(99999999999999)));
     CHECK_RC(0, lease_fence_advance(&mark, s, res, UINT64_C(100000000000000)));
     CHECK_RC(LEASE_ESTALE, lease_fence_advance(&mark, s, res, UINT64_C(99999999999999)));
-    ASSERT_U64_EQ(mark, UINT64_C(100000000000000));
+    ASSERT_U64_OP(mark, ==, UINT64_C(100000000000000));
     CHECK_RC(0, lease_fence_advance(&mark, s, res, UINT64_C(9223372036854775806)));
     CHECK_RC(LEASE_ESTALE, lease_fence_advance(&mark, s, res, UINT64_C(9223372036854775805)));
     CHECK_RC(0, lease_fence_advance(&mark, s, res, UINT64_C(9223372036854775807)));
     CHECK_RC(LEASE_ESTALE, lease_fence_advance(&mark, s, res, UINT64_C(9223372036854775806)));
     CHECK_RC(0, lease_fence_mark(&mark, s, res));
-    ASSERT_U64_EQ(mark, UINT64_C(9223372036854775807));
+    ASSERT_U64_OP(mark, ==, UINT64_C(9223372036854775807));
 }
 
 /* ---- scripts forgotten by the server ------------------------------------ */
@@ -303,7 +287,7 @@ static void test_noscript_reload(void **state)
     CHECK_RC(0, lease_renew(&g, s, 30000));
     cmd_ok("SCRIPT FLUSH");
     CHECK_RC(0, lease_inspect(&info, s, key));
-    ASSERT_U64_EQ(info.token, g.token);
+    ASSERT_U64_OP(info.token, ==, g.token);
     cmd_ok("SCRIPT FLUSH");
     CHECK_RC(0, lease_fence_advance(&mark, s, res, g.token));
     cmd_ok("SCRIPT FLUSH");
@@ -319,10 +303,10 @@ static void test_noscript_reload(void **state)
         size_t n = 0;
 
         CHECK_RC(0, lease_list(&list, &n, s, key));
-        ASSERT_U64_EQ(n, 2);
+        ASSERT_U64_OP(n, ==, 2);
         assert_string_equal(list[0].key, key);
         assert_string_equal(list[1].key, key2);
-        ASSERT_U64_EQ(list[1].token, g2.token);
+        ASSERT_U64_OP(list[1].token, ==, g2.token);
         lease_list_free(list);
     }
     cmd_ok("SCRIPT FLUSH");
@@ -331,8 +315,8 @@ static void test_noscript_reload(void **state)
         size_t n = 0;
 
         CHECK_RC(0, lease_history(&h, &n, s, key, 0));
-        ASSERT_U64_EQ(n, 1);
-        ASSERT_U64_EQ(h[0].token, g.token);
+        ASSERT_U64_OP(n, ==, 1);
+        ASSERT_U64_OP(h[0].token, ==, g.token);
         lease_history_free(h);
     }
     cmd_ok("SCRIPT FLUSH");
@@ -365,7 +349,7 @@ static void test_prefix_and_db_isolation(void **state)
     for (i = 0; i < 4; i++) {
         new_opts(&o, owner, 30000);
         CHECK_RC(0, lease_acquire(&g[i], NULL, s[i], key, &o));
-        ASSERT_U64_EQ(g[i].token, 1);
+        ASSERT_U64_OP(g[i].token, ==, 1);
     }
     /* Each store lists only its own key. */
     for (i = 0; i < 4; i++) {
@@ -412,7 +396,7 @@ static void test_odd_keys_list_exactly(void **state)
         key_name(key, sizeof(key), names[i]);
         new_opts(&o, owner, 30000);
         CHECK_RC(0, lease_acquire(&g, NULL, s, key, &o));
-        ASSERT_U64_EQ(g.token, 1);
+        ASSERT_U64_OP(g.token, ==, 1);
         CHECK_RC(0, lease_inspect(&info, s, key));
         assert_string_equal(info.owner, owner);
     }

@@ -194,6 +194,55 @@ static PGresult *await(pg_store *s, const char *what, int64_t end)
     }
 }
 
+static int run(PGresult **out, char state[6], pg_store *s, const char *sql, int n,
+               const char *const *vals, const char *what, int64_t end)
+{
+    static const Oid text[4] = { T_TEXT, T_TEXT, T_TEXT, T_TEXT };
+    PGresult *res;
+    const char *st;
+    int rc;
+
+    *out = NULL;
+    state[0] = '\0';
+    /* Without parameters, the simple protocol: sql may hold several
+     * statements (the schema's DDL does). */
+    if (n == 0 ? !PQsendQuery(s->conn, sql)
+               : n > 4 || !PQsendQueryParams(s->conn, sql, n, text, vals, NULL, NULL, 0))
+        return fail(s, what);
+    if ((res = await(s, what, end)) == NULL)
+        return LEASE_ESTORE;
+    if (PQresultStatus(res) == PGRES_COMMAND_OK ||
+        PQresultStatus(res) == PGRES_TUPLES_OK) {
+        *out = res;
+        return 0;
+    }
+    st = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+    if (st && s->conn && PQstatus(s->conn) == CONNECTION_OK)
+        lease__strlcpy(state, st, 6);
+    /* The primary message alone: the full one spans lines (LINE 1: ...). */
+    rc = PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY)
+             ? lease__seterr(LEASE_ESTORE, "postgres %s: %s (SQLSTATE %s)", what,
+                             PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY),
+                             st ? st : "?")
+             : lease__seterr(LEASE_ESTORE, "postgres %s: %s", what,
+                             PQresultErrorMessage(res));
+    PQclear(res);
+    if (PQstatus(s->conn) != CONNECTION_OK)
+        drop(s);
+    return rc;
+}
+
+/* run() for a statement whose rows do not matter. */
+static int command(pg_store *s, const char *sql, const char *what, int64_t end)
+{
+    char state[6];
+    PGresult *res;
+    int rc = run(&res, state, s, sql, 0, NULL, what, end);
+
+    PQclear(res);
+    return rc;
+}
+
 static int set_server_timeouts(pg_store *s, int64_t end);
 
 static int prepare_all(pg_store *s, int64_t end)
@@ -226,22 +275,6 @@ static int prepare_all(pg_store *s, int64_t end)
 }
 
 /* Run one simple command (no parameters) and check it succeeded. */
-static int command(pg_store *s, const char *sql, const char *what, int64_t end)
-{
-    PGresult *res;
-    int rc = 0;
-
-    if (!PQsendQuery(s->conn, sql))
-        return fail(s, what);
-    if ((res = await(s, what, end)) == NULL)
-        return LEASE_ESTORE;
-    if (PQresultStatus(res) != PGRES_COMMAND_OK &&
-        PQresultStatus(res) != PGRES_TUPLES_OK)
-        rc = lease__seterr(LEASE_ESTORE, "postgres %s: %s", what,
-                           PQresultErrorMessage(res));
-    PQclear(res);
-    return rc;
-}
 
 /*
  * Run `sql` with n text parameters. 0 with *out the result (tuples or
@@ -249,62 +282,22 @@ static int command(pg_store *s, const char *sql, const char *what, int64_t end)
  * set, and in `state` the SQLSTATE of an error the server answered with
  * ("" when it did not answer, or the connection is gone).
  */
-static int run(PGresult **out, char state[6], pg_store *s, const char *sql, int n,
-               const char *const *vals, const char *what, int64_t end)
-{
-    static const Oid text[4] = { T_TEXT, T_TEXT, T_TEXT, T_TEXT };
-    PGresult *res;
-    const char *st;
-    int rc;
-
-    *out = NULL;
-    state[0] = '\0';
-    if (n > 4 || !PQsendQueryParams(s->conn, sql, n, text, vals, NULL, NULL, 0))
-        return fail(s, what);
-    if ((res = await(s, what, end)) == NULL)
-        return LEASE_ESTORE;
-    if (PQresultStatus(res) == PGRES_COMMAND_OK ||
-        PQresultStatus(res) == PGRES_TUPLES_OK) {
-        *out = res;
-        return 0;
-    }
-    st = PQresultErrorField(res, PG_DIAG_SQLSTATE);
-    if (st && s->conn && PQstatus(s->conn) == CONNECTION_OK)
-        lease__strlcpy(state, st, 6);
-    /* The primary message alone: the full one spans lines (LINE 1: ...). */
-    rc = PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY)
-             ? lease__seterr(LEASE_ESTORE, "postgres %s: %s (SQLSTATE %s)", what,
-                             PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY),
-                             st ? st : "?")
-             : lease__seterr(LEASE_ESTORE, "postgres %s: %s", what,
-                             PQresultErrorMessage(res));
-    PQclear(res);
-    if (PQstatus(s->conn) != CONNECTION_OK)
-        drop(s);
-    return rc;
-}
 
 static int set_server_timeouts(pg_store *s, int64_t end)
 {
     const char *v[1];
-    char ms[32];
+    char ms[32], state[6];
     PGresult *res;
-    int rc = 0;
+    int rc;
 
     /* The server gives up on its side too; lock waits get the same bound
      * as a whole statement. */
     snprintf(ms, sizeof(ms), "%llu", (unsigned long long)s->timeout_ms);
     v[0] = ms;
-    if (!PQsendQueryParams(s->conn,
-                           "SELECT set_config('statement_timeout', $1, false), "
-                           "set_config('lock_timeout', $1, false)",
-                           1, NULL, v, NULL, NULL, 0))
-        return fail(s, "set timeouts");
-    if ((res = await(s, "set timeouts", end)) == NULL)
-        return LEASE_ESTORE;
-    if (PQresultStatus(res) != PGRES_TUPLES_OK)
-        rc = lease__seterr(LEASE_ESTORE, "postgres set timeouts: %s",
-                           PQresultErrorMessage(res));
+    rc = run(&res, state, s,
+             "SELECT set_config('statement_timeout', $1, false), "
+             "set_config('lock_timeout', $1, false)",
+             1, v, "set timeouts", end);
     PQclear(res);
     return rc;
 }
@@ -786,7 +779,7 @@ static int build_sql(pg_store *s, int has_label, int has_ttl)
 static int setup_schema(pg_store *s, int *has_label, int *has_ttl)
 {
     int64_t end = call_end(s);
-    char *ddl, lock[96];
+    char *ddl, lock[96], state[6];
     const char *v[1], *v3[3];
     PGresult *res;
     int rc, exists;
@@ -817,19 +810,14 @@ static int setup_schema(pg_store *s, int *has_label, int *has_ttl)
     v3[0] = s->lease_table;
     v3[1] = s->fence_table;
     v3[2] = s->data_table;
-    if (!PQsendQueryParams(s->conn,
-                           "SELECT to_regclass($1) IS NOT NULL AND "
-                           "to_regclass($2) IS NOT NULL AND to_regclass($3) IS NOT NULL",
-                           3, NULL, v3, NULL, NULL, 0)) {
+    if ((rc = run(&res, state, s,
+                  "SELECT to_regclass($1) IS NOT NULL AND "
+                  "to_regclass($2) IS NOT NULL AND to_regclass($3) IS NOT NULL",
+                  3, v3, "look for tables", end)) < 0) {
         free(ddl);
-        return fail(s, "look for tables");
+        return rc;
     }
-    if ((res = await(s, "look for tables", end)) == NULL) {
-        free(ddl);
-        return LEASE_ESTORE;
-    }
-    exists = PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1 &&
-             PQgetvalue(res, 0, 0)[0] == 't';
+    exists = PQntuples(res) == 1 && PQgetvalue(res, 0, 0)[0] == 't';
     PQclear(res);
     if (!exists && ((rc = command(s, "BEGIN", "create schema", end)) < 0 ||
         (rc = command(s, lock, "create schema", end)) < 0 ||
@@ -843,22 +831,18 @@ static int setup_schema(pg_store *s, int *has_label, int *has_ttl)
     free(ddl);
 
     v[0] = s->lease_table;
-    if (!PQsendQueryParams(s->conn,
-                           "SELECT coalesce(bool_or(attname = 'holder_label'), false) "
-                           "AND coalesce(bool_or(attname = 'holder_token'), false), "
-                           "coalesce(bool_or(attname = 'lease_ttl_ms'), false) "
-                           "AND coalesce(bool_or(attname = 'holder_token'), false) "
-                           "FROM pg_attribute WHERE attrelid = $1::regclass "
-                           "AND NOT attisdropped",
-                           1, NULL, v, NULL, NULL, 0))
-        return fail(s, "read table columns");
-    if ((res = await(s, "read table columns", end)) == NULL)
-        return LEASE_ESTORE;
-    if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1) {
-        rc = lease__seterr(LEASE_ESTORE, "postgres read table columns: %s",
-                           PQresultErrorMessage(res));
-        PQclear(res);
+    if ((rc = run(&res, state, s,
+                  "SELECT coalesce(bool_or(attname = 'holder_label'), false) "
+                  "AND coalesce(bool_or(attname = 'holder_token'), false), "
+                  "coalesce(bool_or(attname = 'lease_ttl_ms'), false) "
+                  "AND coalesce(bool_or(attname = 'holder_token'), false) "
+                  "FROM pg_attribute WHERE attrelid = $1::regclass "
+                  "AND NOT attisdropped",
+                  1, v, "read table columns", end)) < 0)
         return rc;
+    if (PQntuples(res) != 1) {
+        PQclear(res);
+        return lease__seterr(LEASE_ESTORE, "postgres read table columns: no row");
     }
     *has_label = PQgetvalue(res, 0, 0)[0] == 't';
     *has_ttl = PQgetvalue(res, 0, 1)[0] == 't';
@@ -1583,6 +1567,7 @@ static int pg_history_lost(lease_store *base, const char *key, const char *owner
 /* Finish a transaction the caller's callback ran in. */
 static int finish_txn(pg_store *s, int cbrc, int64_t end)
 {
+    char state[6];
     PGresult *res;
     int rc;
 
@@ -1596,16 +1581,12 @@ static int finish_txn(pg_store *s, int cbrc, int64_t end)
                              "the transaction failed inside the callback; "
                              "nothing was committed");
     }
-    if (!PQsendQuery(s->conn, "COMMIT"))
-        return fail(s, "commit");
-    if ((res = await(s, "commit", end)) == NULL)
-        return LEASE_ESTORE;
+    if ((rc = run(&res, state, s, "COMMIT", 0, NULL, "commit", end)) < 0)
+        return rc;
     /* A COMMIT of a failed transaction answers ROLLBACK: not a success. */
-    rc = PQresultStatus(res) == PGRES_COMMAND_OK &&
-                 strcmp(PQcmdStatus(res), "COMMIT") == 0
-             ? 0
-             : lease__seterr(LEASE_ESTORE, "postgres commit: %s",
-                             PQresultErrorMessage(res));
+    if (strcmp(PQcmdStatus(res), "COMMIT") != 0)
+        rc = lease__seterr(LEASE_ESTORE, "postgres commit: the transaction "
+                           "was rolled back");
     PQclear(res);
     return rc;
 }
@@ -1646,7 +1627,7 @@ static int pg_advisory_txn(lease_store *base, int64_t lock_key, int try_only,
 {
     pg_store *s = (pg_store *)base;
     int64_t end = call_end(s);
-    char k[24];
+    char k[24], state[6];
     const char *v[1] = { k };
     PGresult *res;
     int rc;
@@ -1654,25 +1635,18 @@ static int pg_advisory_txn(lease_store *base, int64_t lock_key, int try_only,
     snprintf(k, sizeof(k), "%lld", (long long)lock_key);
     if ((rc = ensure(s, end)) < 0 || (rc = command(s, "BEGIN", "begin", end)) < 0)
         return rc;
-    if (!PQsendQueryParams(s->conn,
-                           try_only ? "SELECT pg_try_advisory_xact_lock($1::bigint)"
-                                    : "SELECT pg_advisory_xact_lock($1::bigint), true",
-                           1, NULL, v, NULL, NULL, 0))
-        return fail(s, "advisory lock");
-    if ((res = await(s, "advisory lock", end)) == NULL)
-        return LEASE_ESTORE;
-    if (PQresultStatus(res) != PGRES_TUPLES_OK) {
-        const char *state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+    if ((rc = run(&res, state, s,
+                  try_only ? "SELECT pg_try_advisory_xact_lock($1::bigint)"
+                           : "SELECT pg_advisory_xact_lock($1::bigint), true",
+                  1, v, "advisory lock", end)) < 0) {
         /* 55P03 lock_not_available (lock_timeout) or 57014 query_canceled
          * (statement_timeout): the lock was not granted in time. */
-        rc = state && (strcmp(state, "55P03") == 0 || strcmp(state, "57014") == 0)
-                 ? lease__seterr(LEASE_ETIMEOUT, "advisory lock %lld: not granted "
-                                 "within %llu ms", (long long)lock_key,
-                                 (unsigned long long)s->timeout_ms)
-                 : lease__seterr(LEASE_ESTORE, "postgres advisory lock: %s",
-                                 PQresultErrorMessage(res));
-        PQclear(res);
-        command(s, "ROLLBACK", "rollback", end);
+        if (strcmp(state, "55P03") == 0 || strcmp(state, "57014") == 0)
+            rc = lease__seterr(LEASE_ETIMEOUT, "advisory lock %lld: not granted "
+                               "within %llu ms", (long long)lock_key,
+                               (unsigned long long)s->timeout_ms);
+        if (s->conn)
+            command(s, "ROLLBACK", "rollback", end);
         return rc;
     }
     if (PQgetvalue(res, 0, try_only ? 0 : 1)[0] != 't') {

@@ -33,6 +33,12 @@ int lease__check_name(const char *what, const char *name);
 int lease__check_ttl(const lease_store *store, uint64_t ttl_ms);
 int lease__canonical_owner(char out[LEASE_OWNER_BUFSZ], const char *owner);
 void lease__strlcpy(char *dst, const char *src, size_t size);
+/* ?password_file=PATH: the file's password into *out (malloc'ed), held in
+ * the secrets registry; the caller gives it back with
+ * lease__secret_release() before freeing it. `store` names the store in
+ * messages. A file the group or others may read or write, or a *out that
+ * already holds the URL's password, is EINVALID. */
+int lease__read_password_file(char **out, const char *store, const char *path);
 /* The local deadline: sent_ns + ttl - margin for clock-rate drift. */
 int64_t lease__deadline_ns(int64_t sent_ns, uint64_t ttl_ms);
 
@@ -60,6 +66,28 @@ const char *lease__url_param(const lease__url *url, const char *name);
 char *lease__url_redact(const char *text);
 /* The scheme of `text`, lower-cased, into buf; EINVALID if none. */
 int lease__url_scheme(char *buf, size_t size, const char *text);
+
+/* secrets (url.c/error.c) */
+/* Called once per string of a store URL that may be a secret (the user
+ * info's password as written, decoded and re-encoded, its pieces, and
+ * the values of secret query parameters); non-zero stops the walk. */
+typedef int (*lease__secret_fn)(const char *secret, void *arg);
+int lease__url_secrets(const char *text, lease__secret_fn fn, void *arg);
+/* Whether a query parameter of this (decoded) name carries a secret. */
+int lease__url_secret_param(const char *name);
+/* A process-wide registry of the secrets of every open store's URL,
+ * refcounted per string: lease_store_open holds them before the store's
+ * open runs (so libpq's, hiredis' and libcurl's messages are covered) and
+ * lease_store_close releases them. */
+int lease__secrets_hold(const char *url);
+void lease__secrets_release(const char *url);
+/* One secret that is not in the URL (a password read from a file):
+ * held and released by the store that read it, as the URL's are. */
+int lease__secret_hold(const char *secret);
+void lease__secret_release(const char *secret);
+/* Replace every registered secret in buf, in place; never makes it
+ * longer. lease_store_seterr does this to every message it keeps. */
+void lease__scrub(char *buf);
 
 /* lease.c: key, owner and token of a grant given back by the caller. */
 int lease__check_grant(const lease_grant *g);

@@ -118,7 +118,8 @@ static void put(sbuf *b, const char *fmt, ...)
         return;
     for (;;) {
         va_start(ap, fmt);
-        n = vsnprintf(b->buf + b->len, b->cap - b->len, fmt, ap);
+        /* Before the first growth buf is NULL, and NULL + 0 is undefined. */
+        n = vsnprintf(b->buf ? b->buf + b->len : NULL, b->cap - b->len, fmt, ap);
         va_end(ap);
         if (n < 0) {
             b->failed = 1;

@@ -95,14 +95,22 @@ int lease_store_open_timeout(lease_store **out, const char *url,
         return lease__seterr(LEASE_EINVALID,
                              "unknown store URL scheme '%s' (this build "
                              "knows: sqlite, postgres, postgresql, redis, etcd, etcds)", scheme);
-    if ((rc = b->open(&s, url, timeout_ms)) < 0)
+    /* Before the store's open: libpq, hiredis and libcurl may quote the
+     * URL in their messages, and every message is scrubbed of these. */
+    if ((rc = lease__secrets_hold(url)) < 0)
+        return lease__seterr(rc, "out of memory");
+    if ((rc = b->open(&s, url, timeout_ms)) < 0) {
+        lease__secrets_release(url);
         return rc;
+    }
     s->backend = b;
     s->url = strdup(url);
     s->url_redacted = lease__url_redact(url);
     s->timeout_ms = timeout_ms;
     s->ttl_max_ms = LEASE_TTL_MAX_DEFAULT_MS;
     if (s->url == NULL || s->url_redacted == NULL) {
+        if (s->url == NULL)
+            lease__secrets_release(url); /* close cannot, without it */
         lease_store_close(s);
         return lease__seterr(LEASE_ENOMEM, "out of memory");
     }
@@ -124,6 +132,7 @@ void lease_store_close(lease_store *s)
     red = s->url_redacted;
     s->backend->close(s);
     if (url) {
+        lease__secrets_release(url);
         /* The URL may hold a password: do not leave it in freed memory. */
         memset(url, 0, strlen(url));
         free(url);

@@ -2,7 +2,11 @@
  * util.c - clocks, randomness, argument checks and the parsers.
  */
 #include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <sys/random.h>
 #include <time.h>
 #include <uuid/uuid.h>
@@ -148,11 +152,20 @@ int lease_owner_new(char out[LEASE_OWNER_BUFSZ])
 
 int64_t lease__deadline_ns(int64_t sent_ns, uint64_t ttl_ms)
 {
-    int64_t ttl_ns = (int64_t)ttl_ms * 1000000;
+    int64_t ttl_ns, span;
 
+    /* A ttl comes from the store too (a hostile one may answer 9e12 s):
+     * saturate rather than overflow, so a huge ttl is "far away", never a
+     * deadline in the past or undefined behaviour. */
+    if (ttl_ms > (uint64_t)(INT64_MAX / 1000000))
+        ttl_ms = (uint64_t)(INT64_MAX / 1000000);
+    ttl_ns = (int64_t)ttl_ms * 1000000;
     /* 2% off for clock-rate drift between the store and this host: real
      * drift is parts per million, so this covers it with a wide margin. */
-    return sent_ns + ttl_ns - ttl_ns / 50;
+    span = ttl_ns - ttl_ns / 50;
+    if (sent_ns > 0 && span > INT64_MAX - sent_ns)
+        return INT64_MAX;
+    return sent_ns + span;
 }
 
 uint64_t lease_grant_remaining_ms(const lease_grant *grant)
@@ -264,4 +277,62 @@ int lease_parse_token(uint64_t *token, const char *text)
                              "from 1 to 9223372036854775807", text);
     *token = v;
     return 0;
+}
+
+/*
+ * ?password_file=PATH of a store URL: the password in a file, so that it
+ * stays out of argv and the environment. As libpq's PGPASSFILE, a file
+ * that the group or others may read or write is refused; one trailing
+ * newline (or CRLF) is not part of the password.
+ */
+int lease__read_password_file(char **out, const char *store, const char *path)
+{
+    char buf[1025];
+    struct stat st;
+    size_t len = 0;
+    int fd, rc = 0;
+
+    if (*out != NULL)
+        return lease__seterr(LEASE_EINVALID, "a %s URL takes a password or "
+                             "password_file=, not both", store);
+    /* O_NONBLOCK: opening a FIFO must not wait for a writer. */
+    if (*path == '\0' ||
+        (fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK)) < 0)
+        return lease__seterr(LEASE_EINVALID, "%s password_file= '%.200s': %s",
+                             store, path, *path ? strerror(errno) : "empty path");
+    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode))
+        rc = lease__seterr(LEASE_EINVALID, "%s password_file= '%.200s' is not "
+                           "a regular file", store, path);
+    else if (st.st_mode & (S_IRWXG | S_IRWXO))
+        rc = lease__seterr(LEASE_EINVALID, "%s password_file= '%.200s' has "
+                           "group or other permissions (%03o): chmod 600 it",
+                           store, path, (unsigned)(st.st_mode & 0777));
+    else if (st.st_uid != geteuid() && st.st_uid != 0)
+        rc = lease__seterr(LEASE_EINVALID, "%s password_file= '%.200s' must be "
+                           "yours (or root's), as ssh wants of its keys", store, path);
+    /* Bounded: each pass reads at least one byte or ends. */
+    while (rc == 0 && len < sizeof(buf)) {
+        ssize_t n = read(fd, buf + len, sizeof(buf) - len);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            break;
+        len += (size_t)n;
+    }
+    close(fd);
+    if (rc == 0 && len > 0 && buf[len - 1] == '\n')
+        len -= len > 1 && buf[len - 2] == '\r' ? 2 : 1;
+    if (rc == 0 && (len == 0 || len >= sizeof(buf) || memchr(buf, '\0', len)))
+        rc = lease__seterr(LEASE_EINVALID, "%s password_file= '%.200s' must "
+                           "hold one password of 1 .. 1024 bytes, without NUL",
+                           store, path);
+    if (rc == 0 && (*out = strndup(buf, len)) == NULL)
+        rc = lease__seterr(LEASE_ENOMEM, "out of memory");
+    /* Hidden from every later message, as the URL's own password is. */
+    if (rc == 0 && (rc = lease__secret_hold(*out)) < 0) {
+        free(*out);
+        *out = NULL;
+    }
+    memset(buf, 0, sizeof(buf));
+    return rc;
 }

@@ -8,6 +8,8 @@
 #ifndef LEASE_LOG_H
 #define LEASE_LOG_H
 
+#include <stddef.h>
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -34,6 +36,28 @@ typedef void (*lease_log_fn)(lease_log_level level, const char *line,
  * start-up, before other threads use the library.
  */
 void lease_log_set(lease_log_fn fn, void *payload, lease_log_level min_level);
+
+/*
+ * Keys, labels, owners and store messages are bytes; a JSON string must be
+ * UTF-8. The log lines and the `lease` tool follow one rule to show them
+ * (docs/conventions.md, "Printed output"), built on these two functions,
+ * which are safe from any thread.
+ *
+ * lease_utf8_len: the length in bytes (1 to 4) of the valid UTF-8 character
+ * that starts at `s`, or 0 when the byte at `s` starts none (a stray
+ * continuation byte, an overlong form, a surrogate, a code point above
+ * U+10FFFF, a sequence cut short) or is the terminating NUL. It never reads
+ * past that NUL.
+ */
+size_t lease_utf8_len(const char *s);
+
+/*
+ * A copy of the string `s` in which every byte that is not part of a valid
+ * UTF-8 character is replaced by U+FFFD (EF BF BD); valid characters,
+ * control characters included, are kept. The copy is malloc'ed: free it
+ * with free(). NULL when out of memory or `s` is NULL.
+ */
+char *lease_text_utf8(const char *s);
 
 #ifdef __cplusplus
 }

@@ -163,7 +163,7 @@ static void open_fails(int want, const char *u, const char *in_msg)
     if (in_msg && strstr(lease_errmsg(), in_msg) == NULL)
         fail_msg("open('%s'): message '%s' does not mention '%s'", u,
                  lease_errmsg(), in_msg);
-    if (strstr(lease_errmsg(), "secret") != NULL)
+    if (strstr(lease_errmsg(), "s3cr3tPw") != NULL)
         fail_msg("open('%s'): message '%s' shows the password", u,
                  lease_errmsg());
 }
@@ -175,10 +175,10 @@ static void test_open_invalid(void **state)
     open_fails(LEASE_EINVALID, NULL, NULL);
     open_fails(LEASE_EINVALID, "", NULL);
     open_fails(LEASE_EINVALID, "nosuch://x", "nosuch");
-    open_fails(LEASE_EINVALID, "NoSuch://u:secret@h/x", "nosuch");
+    open_fails(LEASE_EINVALID, "NoSuch://u:s3cr3tPw@h/x", "nosuch");
     open_fails(LEASE_EINVALID, "/tmp/x.db", NULL);
     open_fails(LEASE_EINVALID, "sqlite://host/x.db", NULL);
-    open_fails(LEASE_EINVALID, "sqlite://u:secret@host/x.db", NULL);
+    open_fails(LEASE_EINVALID, "sqlite://u:s3cr3tPw@host/x.db", NULL);
     open_fails(LEASE_EINVALID, "sqlite:///x?bogus=1", "bogus");
     open_fails(LEASE_EINVALID, "sqlite:///x?synchronous=sometimes", NULL);
     open_fails(LEASE_EINVALID, "sqlite:///x%zz.db", NULL);

@@ -3,6 +3,7 @@
  * deadlines, and the bounded wait of acquire. The store does one attempt;
  * everything around it lives here, once for every store.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -54,6 +55,69 @@ static int acquire_failed(const lease_store *s, int rc, int64_t start)
     return rc;
 }
 
+/*
+ * Complete the grant the store made for req, sent at `sent`. A grant whose
+ * local deadline has passed by the time the answer arrived (a slow or
+ * trickling store) gives no authority: it is released, best-effort, and is
+ * LEASE_ESTORE - never a success with no time left. While waiting this is
+ * retried like any store failure.
+ */
+static int acquire_granted(lease_grant *g, lease_store *s,
+                           const lease_request *req, int64_t sent)
+{
+    int64_t now = lease_clock_ns();
+    char msg[LEASE__ERRMSG_SIZE];
+
+    lease__strlcpy(g->key, req->key, sizeof(g->key));
+    memcpy(g->owner, req->owner, sizeof(g->owner));
+    lease__strlcpy(g->label, req->label, sizeof(g->label));
+    g->deadline_ns = lease__deadline_ns(sent, g->ttl_ms);
+    g->acquired_ns = sent;
+    if (g->deadline_ns > now)
+        return 0;
+    snprintf(msg, sizeof(msg),
+             "acquire '%s': the store answered after %lld ms, past the local "
+             "deadline of the %llu ms lease: not taken as held (released)",
+             req->key, (long long)((now - sent) / 1000000),
+             (unsigned long long)g->ttl_ms);
+    lease__log_state(LEASE_LOG_WARN, "acquire_too_late", s->backend->name, g, msg);
+    (void)s->backend->release(s, g->key, g->owner, g->token);
+    return lease__seterr(LEASE_ESTORE, "%s", msg);
+}
+
+/*
+ * Pause between two attempts of a waiting acquire: full jitter in
+ * [backoff/2, backoff], but never past the moment the holder's lease should
+ * end (remaining_ms), nor past the end of the wait (left_ms >= 1). A store
+ * that can notify is waited on instead of sleeping.
+ */
+static void acquire_pause(lease_store *s, const char *key, int rc,
+                          uint64_t backoff, uint64_t remaining_ms,
+                          uint64_t left_ms)
+{
+    uint64_t pause = backoff / 2 + lease__random_u64() % (backoff / 2 + 1);
+
+    if (rc == LEASE_ESTORE)
+        remaining_ms = UINT64_MAX / 2;
+    if (remaining_ms + 1 < pause)
+        pause = remaining_ms + 1;
+    if (pause > left_ms)
+        pause = left_ms;
+    if (pause == 0)
+        pause = 1;
+    if (s->backend->wait_release && rc == LEASE_EBUSY) {
+        int64_t before = lease_clock_ns();
+        int wrc = s->backend->wait_release(s, key, pause);
+
+        /* A notification channel that failed (the store restarting)
+         * is one more store failure to retry: sleep out the pause. */
+        if (wrc < 0 && wrc != LEASE_ETIMEOUT)
+            lease__sleep_ns((int64_t)pause * 1000000 - (lease_clock_ns() - before));
+    } else {
+        lease__sleep_ns((int64_t)pause * 1000000);
+    }
+}
+
 int lease_acquire(lease_grant *out, lease_info *holder, lease_store *s,
                   const char *key, const lease_acquire_opts *opts)
 {
@@ -96,17 +160,11 @@ int lease_acquire(lease_grant *out, lease_info *holder, lease_store *s,
      * loop returns once wait_end has passed. */
     for (;;) {
         int64_t sent = lease_clock_ns(), left;
-        uint64_t pause;
 
         memset(&g, 0, sizeof(g));
         memset(&h, 0, sizeof(h));
         rc = s->backend->acquire(&g, &h, s, &req);
-        if (rc == 0) {
-            lease__strlcpy(g.key, key, sizeof(g.key));
-            memcpy(g.owner, owner, sizeof(g.owner));
-            lease__strlcpy(g.label, req.label, sizeof(g.label));
-            g.deadline_ns = lease__deadline_ns(sent, g.ttl_ms);
-            g.acquired_ns = sent;
+        if (rc == 0 && (rc = acquire_granted(&g, s, &req, sent)) == 0) {
             *out = g;
             lease__metric_acquire(s->backend->name, 0, lease_clock_ns() - start);
             lease__log_state(LEASE_LOG_INFO, "acquired", s->backend->name, &g, NULL);
@@ -126,29 +184,7 @@ int lease_acquire(lease_grant *out, lease_info *holder, lease_store *s,
             return acquire_failed(s, rc == LEASE_ESTORE
                                          ? rc : busy_error(LEASE_ETIMEOUT, key, &h),
                                   start);
-        if (rc == LEASE_ESTORE)
-            h.remaining_ms = UINT64_MAX / 2;
-
-        /* Full jitter in [backoff/2, backoff], but never past the moment
-         * the holder's lease should end, nor past the end of the wait. */
-        pause = backoff / 2 + lease__random_u64() % (backoff / 2 + 1);
-        if (h.remaining_ms + 1 < pause)
-            pause = h.remaining_ms + 1;
-        if (pause > (uint64_t)left)
-            pause = (uint64_t)left;
-        if (pause == 0)
-            pause = 1;
-        if (s->backend->wait_release && rc == LEASE_EBUSY) {
-            int64_t before = lease_clock_ns();
-            int wrc = s->backend->wait_release(s, key, pause);
-
-            /* A notification channel that failed (the store restarting)
-             * is one more store failure to retry: sleep out the pause. */
-            if (wrc < 0 && wrc != LEASE_ETIMEOUT)
-                lease__sleep_ns((int64_t)pause * 1000000 - (lease_clock_ns() - before));
-        } else {
-            lease__sleep_ns((int64_t)pause * 1000000);
-        }
+        acquire_pause(s, key, rc, backoff, h.remaining_ms, (uint64_t)left);
         backoff = backoff * 2 > backoff_max ? backoff_max : backoff * 2;
     }
 }
@@ -172,6 +208,16 @@ int lease__renew(lease_grant *g, lease_store *s, uint64_t ttl_ms, int mark_lost)
         return rc;
     sent = lease_clock_ns();
     rc = s->backend->renew(&granted, s, g->key, g->owner, g->token, ttl_ms);
+    if (granted == 0)
+        granted = ttl_ms;
+    /* An extension that arrives after its own local deadline gives no
+     * authority: uncertain, like a renewal that got no answer. */
+    if (rc == 0 && lease__deadline_ns(sent, granted) <= lease_clock_ns())
+        rc = lease__seterr(LEASE_ESTORE, "renew '%s': the store answered after "
+                           "%lld ms, past the local deadline of the %llu ms "
+                           "lease", g->key,
+                           (long long)((lease_clock_ns() - sent) / 1000000),
+                           (unsigned long long)granted);
     lease__metric_renew(s->backend->name, rc == 0);
     if (rc < 0) {
         lease__log_state(LEASE_LOG_WARN, "renewal_failed", s->backend->name, g, lease_errmsg());
@@ -179,7 +225,7 @@ int lease__renew(lease_grant *g, lease_store *s, uint64_t ttl_ms, int mark_lost)
             lease__history_lost(s, g);
         return rc;
     }
-    g->ttl_ms = granted ? granted : ttl_ms;
+    g->ttl_ms = granted;
     g->deadline_ns = lease__deadline_ns(sent, g->ttl_ms);
     lease__log_state(LEASE_LOG_DEBUG, "renewed", s->backend->name, g, NULL);
     return 0;

@@ -39,7 +39,10 @@
  * lock_timeout, so it gives up on its side too.
  */
 #define _GNU_SOURCE /* vasprintf */
+#include <ctype.h>
 #include <errno.h>
+#include <limits.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <poll.h>
 #include <stdio.h>
@@ -126,10 +129,19 @@ static void drop(pg_store *s)
 static const char *pgmsg(pg_store *s)
 {
     static _Thread_local char buf[512];
+    char *full = strdup(s->conn ? PQerrorMessage(s->conn) : "not connected");
     size_t n;
 
-    lease__strlcpy(buf, s->conn ? PQerrorMessage(s->conn) : "not connected",
-                   sizeof(buf));
+    /* Scrubbed whole, before it is cut: a cut could split a password that
+     * libpq quotes (it echoes URLs it cannot read) and hide it from the
+     * scrubber. */
+    if (full == NULL) {
+        lease__strlcpy(buf, "out of memory", sizeof(buf));
+        return buf;
+    }
+    lease__scrub(full);
+    lease__strlcpy(buf, full, sizeof(buf));
+    free(full);
     n = strlen(buf);
     while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == ' '))
         buf[--n] = '\0';
@@ -332,6 +344,20 @@ static int connect_poll(pg_store *s, int64_t end)
     return 0;
 }
 
+/*
+ * libpq marks its socket close-on-exec itself (it has since 9.x, and the
+ * libpq here does: tests/pg/pg_hostile.sh checks a `lease run` child); this
+ * makes sure of it for any libpq that would not, so that a child of
+ * `lease run` never gets the store connection.
+ */
+static void pg_cloexec(pg_store *s)
+{
+    int fd = PQsocket(s->conn), fl;
+
+    if (fd >= 0 && (fl = fcntl(fd, F_GETFD)) >= 0 && !(fl & FD_CLOEXEC))
+        fcntl(fd, F_SETFD, fl | FD_CLOEXEC);
+}
+
 static void ignore_notice(void *arg, const char *message)
 {
     (void)arg;
@@ -380,6 +406,7 @@ static int ensure(pg_store *s, int64_t end)
             drop(s);
             return rc;
         }
+        pg_cloexec(s);
         /* Server notices ("relation already exists, skipping") are not
          * errors; libpq would print them on stderr. */
         PQsetNoticeProcessor(s->conn, ignore_notice, NULL);
@@ -489,9 +516,8 @@ static char *strip_params(const char *url)
 
 /* Quote "schema.table" or "table" as identifiers; names are checked to be
  * plain identifiers so a URL cannot smuggle SQL in. */
-static int quote_table(char **out, PGconn *conn, const char *name)
+static int pg_check_table(const char *name)
 {
-    char part[64], *a = NULL, *b = NULL;
     const char *dot = strchr(name, '.');
     size_t i;
 
@@ -506,6 +532,21 @@ static int quote_table(char **out, PGconn *conn, const char *name)
     if (i == 0 || i > 127 || (dot && strchr(dot + 1, '.')) || name[0] == '.' ||
         name[i - 1] == '.')
         return lease__seterr(LEASE_EINVALID, "bad table name '%.64s'", name);
+    /* Each part must fit quote_table's buffer (and PostgreSQL's 63-byte
+     * identifiers). */
+    if ((dot ? (size_t)(dot - name) : i) >= 64 || (dot && strlen(dot + 1) >= 64))
+        return lease__seterr(LEASE_EINVALID, "table name is too long");
+    return 0;
+}
+
+static int quote_table(char **out, PGconn *conn, const char *name)
+{
+    char part[64], *a = NULL, *b = NULL;
+    const char *dot = strchr(name, '.');
+    int rc;
+
+    if ((rc = pg_check_table(name)) < 0)
+        return rc;
     if (dot) {
         if ((size_t)(dot - name) >= sizeof(part) || strlen(dot + 1) >= sizeof(part))
             return lease__seterr(LEASE_EINVALID, "table name is too long");
@@ -776,9 +817,8 @@ static int build_sql(pg_store *s, int has_label, int has_ttl)
  * many processes opening a fresh database at once do not race on CREATE.
  * Then see which optional columns the lease table has.
  */
-static int setup_schema(pg_store *s, int *has_label, int *has_ttl)
+static int setup_schema(pg_store *s, int *has_label, int *has_ttl, int64_t end)
 {
-    int64_t end = call_end(s);
     char *ddl, lock[96], state[6];
     const char *v[1], *v3[3];
     PGresult *res;
@@ -893,9 +933,8 @@ static int history_refused(pg_store *s, const char *state)
  * (history() says why) rather than failing it. Then acquire and release
  * use their statements without one.
  */
-static int setup_history(pg_store *s)
+static int setup_history(pg_store *s, int64_t end)
 {
-    int64_t end = call_end(s);
     const char *v[1] = { s->history_table };
     char state[6], lock[96], why[768], *ddl;
     PGresult *res;
@@ -1035,13 +1074,132 @@ static int quote_history(pg_store *s, const char *name, int derived)
     return rc;
 }
 
+/* "5432" or "5432,,5433" (one per host; empty for the default). */
+static int pg_check_ports(const char *ports)
+{
+    const char *p = ports;
+
+    while (*p) {
+        size_t n = strcspn(p, ","), i;
+        unsigned long v = 0;
+
+        for (i = 0; i < n; i++) {
+            if (!isdigit((unsigned char)p[i]) || (v = v * 10 + (unsigned long)(p[i] - '0')) > 65535)
+                return lease__seterr(LEASE_EINVALID, "bad port in the postgres URL");
+        }
+        if (n > 0 && v == 0)
+            return lease__seterr(LEASE_EINVALID, "bad port in the postgres URL");
+        p += n;
+        if (*p == ',')
+            p++;
+    }
+    return 0;
+}
+
+/*
+ * libpq's own reading of the URL, before any connection: a URL it cannot
+ * read is the caller's mistake (EINVALID), not an unreachable store. Its
+ * message may quote the URL; lease_store_seterr scrubs the password.
+ */
+static int pg_check_conninfo(const char *conninfo)
+{
+    char *err = NULL;
+    PQconninfoOption *opts = PQconninfoParse(conninfo, &err), *o;
+    int rc = 0;
+
+    if (opts == NULL) {
+        if (err == NULL)
+            return lease__seterr(LEASE_ENOMEM, "out of memory");
+        for (size_t n = strlen(err); n > 0 && (err[n - 1] == '\n' || err[n - 1] == ' ');)
+            err[--n] = '\0';
+        rc = lease__seterr(LEASE_EINVALID, "bad postgres URL: %s", err);
+        PQfreemem(err);
+        return rc;
+    }
+    for (o = opts; o->keyword && rc == 0; o++) {
+        if (o->val == NULL)
+            continue;
+        if (strcmp(o->keyword, "port") == 0)
+            rc = pg_check_ports(o->val);
+        else if (strcmp(o->keyword, "connect_timeout") == 0 &&
+                 (o->val[0] == '\0' || strspn(o->val, "0123456789") != strlen(o->val) ||
+                  strlen(o->val) > 9))
+            rc = lease__seterr(LEASE_EINVALID, "connect_timeout= in the postgres "
+                               "URL must be a number of seconds");
+    }
+    PQconninfoFree(opts);
+    return rc;
+}
+
+/*
+ * Everything about the URL that can be checked without the server, so
+ * that bad input is EINVALID before any connection is tried. *ht becomes
+ * the history table's name (maybe derived into `derived`).
+ */
+static int pg_check_url(const lease__url *u, const char *conninfo,
+                        char derived[140], const char **ht)
+{
+    static const char *const names[] = { "lease_table", "fence_table",
+                                         "data_table", "history_table" };
+    const char *lt = lease__url_param(u, "lease_table");
+    size_t i;
+    int rc;
+
+    /* libpq reads "postgres:x" as a database name, not as a URL. */
+    if (!u->has_authority)
+        return lease__seterr(LEASE_EINVALID, "a postgres URL starts with "
+                             "postgres:// or postgresql://");
+    for (i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        const char *v = lease__url_param(u, names[i]);
+        if (v && (rc = pg_check_table(v)) < 0)
+            return rc;
+    }
+    /* Tokens are per lease table: two lease tables must not share a
+     * history, whose rows are keyed by token. So the default history
+     * follows the lease table: lease_history for the default one,
+     * <lease_table>_history for any other. */
+    *ht = lease__url_param(u, "history_table");
+    if (*ht == NULL && lt != NULL && strcmp(lt, "coordination_lease") != 0) {
+        if (strlen(lt) + sizeof("_history") > 140)
+            return lease__seterr(LEASE_EINVALID, "bad table name '%.64s'", lt);
+        snprintf(derived, 140, "%s_history", lt);
+        *ht = derived;
+        if ((rc = pg_check_table(derived)) < 0)
+            return lease__seterr(rc, "the history table's name, '%.64s' (lease_table "
+                                 "and _history), is not usable: %s; give "
+                                 "history_table=NAME", derived, lease_errmsg());
+    }
+    return pg_check_conninfo(conninfo);
+}
+
+/* Tables, schema, history and statements on a fresh connection. */
+static int pg_setup(pg_store *s, const lease__url *u, const char *ht,
+                    int derived, int64_t end)
+{
+    const char *lt = lease__url_param(u, "lease_table");
+    const char *ft = lease__url_param(u, "fence_table");
+    const char *dt = lease__url_param(u, "data_table");
+    int has_label = 0, has_ttl = 0, rc;
+
+    if ((rc = quote_table(&s->lease_table, s->conn, lt ? lt : "coordination_lease")) < 0 ||
+        (rc = quote_table(&s->fence_table, s->conn, ft ? ft : "lease_fence")) < 0 ||
+        (rc = quote_table(&s->data_table, s->conn, dt ? dt : "lease_data")) < 0 ||
+        (rc = quote_history(s, ht, derived)) < 0 ||
+        (rc = setup_schema(s, &has_label, &has_ttl, end)) < 0 ||
+        (rc = setup_history(s, end)) < 0 ||
+        (rc = build_sql(s, has_label, has_ttl)) < 0)
+        return rc;
+    return prepare_all(s, end);
+}
+
 static int pg_open(lease_store **out, const char *url, uint64_t timeout_ms)
 {
-    const char *lt, *ft, *dt, *ht;
+    const char *ht = NULL;
     char derived[140];
-    int has_label = 0, has_ttl = 0, rc;
+    int64_t end;
     lease__url u;
     pg_store *s;
+    int rc;
 
     if ((rc = lease__url_parse(&u, url)) < 0)
         return rc;
@@ -1053,39 +1211,19 @@ static int pg_open(lease_store **out, const char *url, uint64_t timeout_ms)
      * open, so keep a redacted copy for now. */
     s->parent.url_redacted = lease__url_redact(url);
     s->timeout_ms = timeout_ms;
-    lt = lease__url_param(&u, "lease_table");
-    ft = lease__url_param(&u, "fence_table");
-    dt = lease__url_param(&u, "data_table");
-    ht = lease__url_param(&u, "history_table");
     s->conninfo = strip_params(url);
     if (s->conninfo == NULL || s->parent.url_redacted == NULL) {
         rc = lease__seterr(LEASE_ENOMEM, "out of memory");
         goto fail;
     }
-    /* The first connect prepares nothing: the statements are built from
-     * the table names, which need the connection to be quoted. */
-    if ((rc = ensure(s, call_end(s))) < 0)
+    if ((rc = pg_check_url(&u, s->conninfo, derived, &ht)) < 0)
         goto fail;
-    /* Tokens are per lease table: two lease tables must not share a
-     * history, whose rows are keyed by token. So the default history
-     * follows the lease table: lease_history for the default one,
-     * <lease_table>_history for any other. */
-    if (ht == NULL && lt != NULL && strcmp(lt, "coordination_lease") != 0) {
-        if (strlen(lt) + sizeof("_history") > sizeof(derived)) {
-            rc = lease__seterr(LEASE_EINVALID, "bad table name '%.64s'", lt);
-            goto fail;
-        }
-        snprintf(derived, sizeof(derived), "%s_history", lt);
-        ht = derived;
-    }
-    if ((rc = quote_table(&s->lease_table, s->conn, lt ? lt : "coordination_lease")) < 0 ||
-        (rc = quote_table(&s->fence_table, s->conn, ft ? ft : "lease_fence")) < 0 ||
-        (rc = quote_table(&s->data_table, s->conn, dt ? dt : "lease_data")) < 0 ||
-        (rc = quote_history(s, ht, ht == derived)) < 0 ||
-        (rc = setup_schema(s, &has_label, &has_ttl)) < 0 ||
-        (rc = setup_history(s)) < 0 ||
-        (rc = build_sql(s, has_label, has_ttl)) < 0 ||
-        (rc = prepare_all(s, call_end(s))) < 0)
+    /* One deadline for the whole open: connect (every host), schema and
+     * statements. The first connect prepares nothing: the statements are
+     * built from the table names, which need the connection to be quoted. */
+    end = call_end(s);
+    if ((rc = ensure(s, end)) < 0 ||
+        (rc = pg_setup(s, &u, ht, ht == derived, end)) < 0)
         goto fail;
     lease__url_free(&u);
     free(s->parent.url_redacted);
@@ -1203,11 +1341,57 @@ static void u64_text(char *buf, size_t size, uint64_t v)
     snprintf(buf, size, "%llu", (unsigned long long)v);
 }
 
-static uint64_t val_u64(const PGresult *res, int row, int col)
+/* The longest time in ms the core can hold as nanoseconds (the greatest
+ * ttl cap lease_store_set_ttl_max takes). */
+#define PG_MS_MAX ((uint64_t)INT64_MAX / 1000000)
+
+/* What the server answers is input too: the statement's columns, and as
+ * many rows as it can give. */
+static int pg_want(const PGresult *res, int cols, int max_rows, const char *what)
+{
+    if (PQnfields(res) != cols)
+        return lease__seterr(LEASE_ESTORE, "postgres %s: the answer has %d columns, "
+                             "expected %d", what, PQnfields(res), cols);
+    if (max_rows >= 0 && PQntuples(res) > max_rows)
+        return lease__seterr(LEASE_ESTORE, "postgres %s: the answer has %d rows, "
+                             "expected at most %d", what, PQntuples(res), max_rows);
+    return 0;
+}
+
+/*
+ * A number column: digits only, within [min, max], else LEASE_ESTORE
+ * naming it. NULL reads as 0 when `nullable` (optional columns), else is
+ * malformed too.
+ */
+static int pg_u64(uint64_t *out, const PGresult *res, int row, int col,
+                  uint64_t min, uint64_t max, int nullable, const char *what)
 {
     const char *v = PQgetvalue(res, row, col);
+    unsigned long long x = 0;
+    char *end = NULL;
 
-    return (v && *v && *v != '-') ? strtoull(v, NULL, 10) : 0;
+    *out = 0;
+    if (PQgetisnull(res, row, col)) {
+        if (nullable)
+            return 0;
+        return lease__seterr(LEASE_ESTORE, "postgres answered NULL for the %s", what);
+    }
+    errno = 0;
+    if (v && isdigit((unsigned char)v[0]))
+        x = strtoull(v, &end, 10);
+    if (end == NULL || *end != '\0' || errno != 0 || x < min || x > max)
+        return lease__seterr(LEASE_ESTORE, "postgres answered a %s out of range "
+                             "('%.24s'; expected %llu..%llu)", what,
+                             v && strspn(v, "-0123456789") == strlen(v) ? v : "?",
+                             (unsigned long long)min, (unsigned long long)max);
+    *out = x;
+    return 0;
+}
+
+static int pg_token(uint64_t *out, const PGresult *res, int row, int col,
+                    const char *what)
+{
+    return pg_u64(out, res, row, col, 1, LEASE__TOKEN_MAX, 0, what);
 }
 
 /* A name column, decoded back to the bytes it stands for. */
@@ -1216,17 +1400,39 @@ static void val_text(char *dst, size_t size, const PGresult *res, int row, int c
     dec(dst, size, PQgetisnull(res, row, col) ? "" : PQgetvalue(res, row, col));
 }
 
-/* Columns: key, owner, label, token, remaining, ttl, alive. */
-static void row_info(lease_info *out, const PGresult *res, int row)
+/* A held lease names its owner, a uuid as text. */
+static int pg_owner(char *dst, size_t size, const PGresult *res, int row, int col)
 {
+    if (PQgetisnull(res, row, col) || PQgetlength(res, row, col) != 36)
+        return lease__seterr(LEASE_ESTORE, "postgres answered a held lease "
+                             "without a valid owner");
+    val_text(dst, size, res, row, col);
+    return 0;
+}
+
+/* Columns: key, owner, label, token, remaining, ttl, alive. */
+static int row_info(lease_info *out, const PGresult *res, int row)
+{
+    const char *alive = PQgetvalue(res, row, 6);
+    int rc;
+
     memset(out, 0, sizeof(*out));
+    if (PQgetisnull(res, row, 0) || PQgetisnull(res, row, 6) ||
+        (strcmp(alive, "t") != 0 && strcmp(alive, "f") != 0))
+        return lease__seterr(LEASE_ESTORE, "postgres answered a lease row "
+                             "without a key or a held flag");
     val_text(out->key, sizeof(out->key), res, row, 0);
-    val_text(out->owner, sizeof(out->owner), res, row, 1);
+    out->held = alive[0] == 't';
     val_text(out->label, sizeof(out->label), res, row, 2);
-    out->token = val_u64(res, row, 3);
-    out->held = PQgetvalue(res, row, 6)[0] == 't';
-    out->remaining_ms = out->held ? val_u64(res, row, 4) : 0;
-    out->ttl_ms = out->held ? val_u64(res, row, 5) : 0;
+    if (!out->held) /* released or expired: a token (0 if never granted) */
+        return pg_u64(&out->token, res, row, 3, 0, LEASE__TOKEN_MAX, 0,
+                      "fencing token");
+    if ((rc = pg_owner(out->owner, sizeof(out->owner), res, row, 1)) < 0 ||
+        (rc = pg_token(&out->token, res, row, 3, "fencing token")) < 0 ||
+        (rc = pg_u64(&out->remaining_ms, res, row, 4, 0, PG_MS_MAX, 0,
+                     "remaining time")) < 0)
+        return rc;
+    return pg_u64(&out->ttl_ms, res, row, 5, 1, PG_MS_MAX, 1, "ttl");
 }
 
 static int unlisten(pg_store *s)
@@ -1238,6 +1444,24 @@ static int unlisten(pg_store *s)
         s->listening = 0;
     }
     return rc;
+}
+
+/* Columns: owner, label, token, remaining, ttl; no row or one. */
+static int pg_holder(lease_info *holder, const PGresult *res)
+{
+    int rc;
+
+    if ((rc = pg_want(res, 5, 1, "acquire")) < 0 || PQntuples(res) == 0)
+        return rc;
+    val_text(holder->label, sizeof(holder->label), res, 0, 1);
+    if ((rc = pg_owner(holder->owner, sizeof(holder->owner), res, 0, 0)) < 0 ||
+        (rc = pg_token(&holder->token, res, 0, 2, "holder's fencing token")) < 0 ||
+        (rc = pg_u64(&holder->remaining_ms, res, 0, 3, 0, PG_MS_MAX, 0,
+                     "holder's remaining time")) < 0 ||
+        (rc = pg_u64(&holder->ttl_ms, res, 0, 4, 1, PG_MS_MAX, 1, "holder's ttl")) < 0)
+        return rc;
+    holder->held = 1;
+    return 0;
 }
 
 static int pg_acquire(lease_grant *out, lease_info *holder, lease_store *base,
@@ -1258,10 +1482,16 @@ static int pg_acquire(lease_grant *out, lease_info *holder, lease_store *base,
     v[4] = ttl_ms;
     if ((rc = exec_prepared(&res, s, ST_ACQUIRE, v, NULL, NULL, "acquire")) < 0)
         return rc;
+    if ((rc = pg_want(res, 1, 1, "acquire")) < 0) {
+        PQclear(res);
+        return rc;
+    }
     if (PQntuples(res) == 1) {
-        out->token = val_u64(res, 0, 0);
+        rc = pg_token(&out->token, res, 0, 0, "fencing token");
         out->ttl_ms = req->ttl_ms;
         PQclear(res);
+        if (rc < 0)
+            return rc;
         /* A waiter that got the lease stops listening: an idle listener
          * would pile notifications up on its socket. */
         unlisten(s);
@@ -1273,18 +1503,11 @@ static int pg_acquire(lease_grant *out, lease_info *holder, lease_store *base,
         return rc;
     memset(holder, 0, sizeof(*holder));
     lease__strlcpy(holder->key, req->key, sizeof(holder->key));
-    if (PQntuples(res) == 1) {
-        val_text(holder->owner, sizeof(holder->owner), res, 0, 0);
-        val_text(holder->label, sizeof(holder->label), res, 0, 1);
-        holder->token = val_u64(res, 0, 2);
-        holder->remaining_ms = val_u64(res, 0, 3);
-        holder->ttl_ms = val_u64(res, 0, 4);
-        holder->held = 1;
-    }
+    rc = pg_holder(holder, res);
     /* With no row the lease ended between the two statements: still
      * busy for this attempt; the caller's next try will get it. */
     PQclear(res);
-    return LEASE_EBUSY;
+    return rc < 0 ? rc : LEASE_EBUSY;
 }
 
 static int pg_renew(uint64_t *granted_ms, lease_store *base, const char *key,
@@ -1301,8 +1524,11 @@ static int pg_renew(uint64_t *granted_ms, lease_store *base, const char *key,
     u64_text(ms, sizeof(ms), ttl_ms);
     if ((rc = exec_prepared(&res, s, ST_RENEW, v, NULL, NULL, "renew")) < 0)
         return rc;
+    rc = pg_want(res, 1, 1, "renew");
     n = PQntuples(res);
     PQclear(res);
+    if (rc < 0)
+        return rc;
     if (n != 1)
         return lease__not_holder("renew", key, token, NULL);
     *granted_ms = ttl_ms;
@@ -1321,8 +1547,11 @@ static int pg_release(lease_store *base, const char *key, const char *owner,
     u64_text(tok, sizeof(tok), token);
     if ((rc = exec_prepared(&res, s, ST_RELEASE, v, NULL, NULL, "release")) < 0)
         return rc;
+    rc = pg_want(res, 1, 1, "release");
     n = PQntuples(res);
     PQclear(res);
+    if (rc < 0)
+        return rc;
     if (n != 1)
         return lease__seterr(LEASE_ELOST,
                              "release '%s': this owner does not hold token %llu",
@@ -1340,13 +1569,17 @@ static int pg_inspect(lease_info *out, lease_store *base, const char *key)
 
     if ((rc = exec_prepared(&res, s, ST_INSPECT, v, NULL, NULL, "inspect")) < 0)
         return rc;
+    if ((rc = pg_want(res, 7, 1, "inspect")) < 0) {
+        PQclear(res);
+        return rc;
+    }
     if (PQntuples(res) != 1) {
         PQclear(res);
         return lease__seterr(LEASE_ENOTFOUND, "'%s' was never acquired", key);
     }
-    row_info(out, res, 0);
+    rc = row_info(out, res, 0);
     PQclear(res);
-    return 0;
+    return rc;
 }
 
 static int cmp_info(const void *a, const void *b)
@@ -1367,6 +1600,10 @@ static int pg_list(lease_store *base, const char *prefix, lease_list_cb cb,
 
     if ((rc = exec_prepared(&res, s, ST_LIST, v, len, fmt1, "list")) < 0)
         return rc;
+    if ((rc = pg_want(res, 7, -1, "list")) < 0) {
+        PQclear(res);
+        return rc;
+    }
     n = PQntuples(res);
     if ((infos = malloc(((size_t)n + 1) * sizeof(*infos))) == NULL) {
         PQclear(res);
@@ -1374,12 +1611,16 @@ static int pg_list(lease_store *base, const char *prefix, lease_list_cb cb,
     }
     /* Escaped names all come back (they cannot be matched in SQL): keep
      * those with the prefix, and sort by bytes as every store does. */
-    for (i = 0; i < n; i++) {
-        row_info(&infos[kept], res, i);
-        if (strncmp(infos[kept].key, prefix, plen) == 0)
+    for (i = 0; i < n && rc == 0; i++) {
+        rc = row_info(&infos[kept], res, i);
+        if (rc == 0 && strncmp(infos[kept].key, prefix, plen) == 0)
             kept++;
     }
     PQclear(res);
+    if (rc < 0) {
+        free(infos);
+        return rc;
+    }
     qsort(infos, kept, sizeof(*infos), cmp_info);
     for (size_t k = 0; k < kept && rc == 0; k++)
         rc = cb(&infos[k], payload);
@@ -1396,13 +1637,14 @@ static int read_mark(uint64_t *mark, pg_store *s, const char *resource)
 
     if ((rc = exec_prepared(&res, s, ST_FENCE_MARK, v, NULL, NULL, "read mark")) < 0)
         return rc;
-    if (PQntuples(res) != 1) {
+    if ((rc = pg_want(res, 1, 1, "read mark")) < 0 || PQntuples(res) != 1) {
         PQclear(res);
-        return lease__seterr(LEASE_ENOTFOUND, "'%s' has no fencing mark", resource);
+        return rc < 0 ? rc : lease__seterr(LEASE_ENOTFOUND,
+                                           "'%s' has no fencing mark", resource);
     }
-    *mark = val_u64(res, 0, 0);
+    rc = pg_u64(mark, res, 0, 0, 0, LEASE__TOKEN_MAX, 0, "fencing mark");
     PQclear(res);
-    return 0;
+    return rc;
 }
 
 static int pg_fence_advance(uint64_t *mark, lease_store *base,
@@ -1417,10 +1659,15 @@ static int pg_fence_advance(uint64_t *mark, lease_store *base,
     u64_text(tok, sizeof(tok), token);
     if ((rc = exec_prepared(&res, s, ST_FENCE_RAISE, v, NULL, NULL, "fence")) < 0)
         return rc;
-    if (PQntuples(res) == 1) {
-        *mark = val_u64(res, 0, 0);
+    if ((rc = pg_want(res, 1, 1, "fence")) < 0) {
         PQclear(res);
-        return 0;
+        return rc;
+    }
+    if (PQntuples(res) == 1) {
+        /* The mark written is the token itself. */
+        rc = pg_u64(mark, res, 0, 0, token, token, 0, "fencing mark");
+        PQclear(res);
+        return rc;
     }
     PQclear(res);
     /* Refused by the upsert's WHERE: the mark is above the token. Marks
@@ -1450,8 +1697,11 @@ static int pg_guarded_put(lease_store *base, const char *key, const char *owner,
     u64_text(tok, sizeof(tok), token);
     if ((rc = exec_prepared(&res, s, ST_DATA_PUT, v, lens, fmts, "guarded put")) < 0)
         return rc;
+    rc = pg_want(res, 1, 1, "guarded put");
     n = PQntuples(res);
     PQclear(res);
+    if (rc < 0)
+        return rc;
     if (n != 1)
         return lease__not_holder(NULL, key, token, "; nothing was written");
     return 0;
@@ -1464,6 +1714,7 @@ static int pg_data_get(void **value, size_t *len, uint64_t *token,
     char en[ENC_SIZE];
     const char *v[1] = { enc(en, name) };
     unsigned char *raw;
+    uint64_t tok;
     size_t n;
     PGresult *res;
     int rc;
@@ -1471,13 +1722,19 @@ static int pg_data_get(void **value, size_t *len, uint64_t *token,
 
     if ((rc = exec_prepared(&res, s, ST_DATA_GET, v, NULL, NULL, "read data")) < 0)
         return rc;
-    if (PQntuples(res) != 1) {
+    if ((rc = pg_want(res, 2, 1, "read data")) < 0 || PQntuples(res) != 1) {
         PQclear(res);
-        return lease__seterr(LEASE_ENOTFOUND, "no data named '%s'", name);
+        return rc < 0 ? rc : lease__seterr(LEASE_ENOTFOUND, "no data named '%s'", name);
+    }
+    if ((rc = pg_token(&tok, res, 0, 1, "data's fencing token")) < 0 ||
+        PQgetisnull(res, 0, 0)) {
+        PQclear(res);
+        return rc < 0 ? rc : lease__seterr(LEASE_ESTORE, "postgres answered NULL "
+                                           "for the value of '%s'", name);
     }
     raw = PQunescapeBytea((const unsigned char *)PQgetvalue(res, 0, 0), &n);
     if (token)
-        *token = val_u64(res, 0, 1);
+        *token = tok;
     PQclear(res);
     if (raw == NULL || (copy = malloc(n + 1)) == NULL) {
         PQfreemem(raw);
@@ -1507,6 +1764,31 @@ static int no_history_err(pg_store *s)
 }
 
 /* Columns: token, owner, label, ttl, acquired, ended (NULL: held), ended. */
+static int pg_history_row(lease_history_entry *e, const PGresult *res, int i)
+{
+    const char *ended = PQgetvalue(res, i, 5);
+    int rc, how;
+
+    memset(e, 0, sizeof(*e));
+    if ((rc = pg_token(&e->token, res, i, 0, "history's fencing token")) < 0 ||
+        (rc = pg_owner(e->owner, sizeof(e->owner), res, i, 1)) < 0 ||
+        (rc = pg_u64(&e->ttl_ms, res, i, 3, 1, PG_MS_MAX, 0, "history's ttl")) < 0)
+        return rc;
+    val_text(e->label, sizeof(e->label), res, i, 2);
+    e->acquired_ms = val_i64(res, i, 4);
+    how = PQgetisnull(res, i, 5) ? LEASE_ENDED_HELD
+          : strcmp(ended, "released") == 0 ? LEASE_ENDED_RELEASED
+          : strcmp(ended, "lost") == 0     ? LEASE_ENDED_LOST
+          : strcmp(ended, "expired") == 0  ? LEASE_ENDED_EXPIRED
+                                           : -1;
+    if (how < 0)
+        return lease__seterr(LEASE_ESTORE, "postgres answered an unknown end "
+                             "of a grant in the history");
+    e->ended = (lease_ended)how;
+    e->ended_ms = e->ended == LEASE_ENDED_HELD ? 0 : val_i64(res, i, 6);
+    return 0;
+}
+
 static int pg_history(lease_history_entry *out, size_t *n, lease_store *base,
                       const char *key, size_t max)
 {
@@ -1523,25 +1805,15 @@ static int pg_history(lease_history_entry *out, size_t *n, lease_store *base,
     if ((rc = exec_prepared(&res, s, ST_HISTORY, v, NULL, NULL, "history")) < 0)
         return rc;
     rows = PQntuples(res);
-    for (i = 0; i < rows && (size_t)i < max; i++) {
-        lease_history_entry *e = &out[i];
-        const char *ended = PQgetvalue(res, i, 5);
-
-        memset(e, 0, sizeof(*e));
-        e->token = val_u64(res, i, 0);
-        val_text(e->owner, sizeof(e->owner), res, i, 1);
-        val_text(e->label, sizeof(e->label), res, i, 2);
-        e->ttl_ms = val_u64(res, i, 3);
-        e->acquired_ms = val_i64(res, i, 4);
-        e->ended = PQgetisnull(res, i, 5) ? LEASE_ENDED_HELD
-                   : strcmp(ended, "released") == 0 ? LEASE_ENDED_RELEASED
-                   : strcmp(ended, "lost") == 0     ? LEASE_ENDED_LOST
-                                                    : LEASE_ENDED_EXPIRED;
-        e->ended_ms = e->ended == LEASE_ENDED_HELD ? 0 : val_i64(res, i, 6);
+    if ((rc = pg_want(res, 7, max > INT_MAX ? -1 : (int)max, "history")) < 0) {
+        PQclear(res);
+        return rc;
     }
-    *n = (size_t)i;
+    for (i = 0; i < rows && (size_t)i < max && rc == 0; i++)
+        rc = pg_history_row(&out[i], res, i);
+    *n = rc < 0 ? 0 : (size_t)i;
     PQclear(res);
-    return 0;
+    return rc;
 }
 
 static int pg_history_lost(lease_store *base, const char *key, const char *owner,

@@ -5,7 +5,20 @@
  * URL: redis://[user:password@]host:port[/db][?param=value...]
  *   prefix=TEXT          key prefix (default "lease:")
  *   wait_replicas=N      after each acquisition, WAIT for N replicas
- *   wait_timeout=DUR     how long WAIT may take (default: the call timeout)
+ *   wait_timeout=DUR     how long WAIT may take (default, and at most: what
+ *                        is left of the call timeout)
+ *   password_file=PATH   the password, from a file only its owner may read
+ *                        (mode 0600 or stricter; one trailing newline is
+ *                        dropped), so that it stays out of argv
+ * Every parameter is checked before any connection is tried (EINVALID).
+ *
+ * Each call (connect, AUTH, SELECT, script loads, the command and its whole
+ * reply) is bounded by the handle's timeout as a whole: the sockets are
+ * non-blocking and every wait is a poll() for the time left (see
+ * redis_begin). Host names are resolved by getaddrinfo inside hiredis,
+ * which no timeout bounds: give an address where that matters. Every reply
+ * is range-checked before use (see redis_num); a malformed one is
+ * LEASE_ESTORE naming what was wrong.
  *
  * Key layout (K is the lease key, R a fenced resource, N a data name):
  *   <prefix>{K}:lease    hash owner/label/token/ttl_ms, with the lease's
@@ -38,13 +51,19 @@
  * failover, asynchronous replication can lose grants (see docs/stores.md);
  * wait_replicas narrows that window.
  */
+#include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 #include <sys/time.h>
+#include <unistd.h>
 #include <hiredis/hiredis.h>
 
 #include "lease_int.h"
@@ -244,20 +263,49 @@ typedef struct {
     lease_store parent;
     redisContext *ctx;      /* commands */
     redisContext *sub;      /* pub/sub, opened by the first wait */
+    int sub_dirty;          /* sub may hold part of a message */
     char host[256];
     int port;
     char *user, *password;  /* never printed */
+    int password_from_file; /* ?password_file= */
     int db;
     char prefix[64];
     int wait_replicas;
     uint64_t wait_timeout_ms;
     char sha[SC_COUNT][41];
     uint64_t timeout_ms;
+    int64_t deadline_ns;    /* of the call in progress (lease_clock_ns) */
 } redis_store;
 
 static _Atomic int durability_warned;
 
 /* ---- connection ------------------------------------------------------- */
+
+static int redis_odd(const char *what, const char *detail)
+{
+    return lease__seterr(LEASE_ESTORE, "redis %s: malformed answer: %s", what,
+                         detail);
+}
+
+/*
+ * Every slot is one store call, bounded as a whole by the handle's timeout:
+ * the slot sets the deadline once (redis_begin), and connect, AUTH, SELECT,
+ * script loads, NOSCRIPT reloads, the command and every byte of the reply
+ * share it. The sockets are non-blocking and each wait is a poll() for the
+ * time left: hiredis's own socket timeouts bound each read(), so a server
+ * trickling one byte at a time could stretch a call without end.
+ */
+static void redis_begin(redis_store *s)
+{
+    s->deadline_ns = lease_clock_ns() + (int64_t)s->timeout_ms * 1000000;
+}
+
+static int64_t redis_left_ms(const redis_store *s)
+{
+    int64_t left = s->deadline_ns - lease_clock_ns();
+
+    return left > 0 ? (left + 999999) / 1000000 : 0;
+}
 
 static struct timeval tv_ms(uint64_t ms)
 {
@@ -280,33 +328,224 @@ static void drop_sub(redis_store *s)
     if (s->sub)
         redisFree(s->sub);
     s->sub = NULL;
+    s->sub_dirty = 0;
+}
+
+/* Server-sent text for a message: at most `size` - 1 bytes, control bytes
+ * as '?', and the password (a hostile or odd server may echo what it was
+ * sent) as "***". */
+static const char *redis_server_text(char *buf, size_t size,
+                                     const redis_store *s, const char *text)
+{
+    size_t n = 0, plen = s->password ? strlen(s->password) : 0;
+
+    for (; text && *text && n + 4 < size; text++) {
+        if (plen && strncmp(text, s->password, plen) == 0) {
+            memcpy(buf + n, "***", 3);
+            n += 3;
+            text += plen - 1;
+            continue;
+        }
+        buf[n++] = (unsigned char)*text < 0x20 || *text == 0x7f ? '?' : *text;
+    }
+    buf[n] = '\0';
+    return buf;
+}
+
+/* Drop a context after an I/O error, a timeout or a partly read reply:
+ * it is unusable, and the next call reconnects. A context still being
+ * connected is not the handle's yet: connect_one frees it. */
+static void redis_forget(redis_store *s, redisContext *c)
+{
+    if (c != NULL && c == s->ctx)
+        drop(s);
+    else if (c != NULL && c == s->sub)
+        drop_sub(s);
 }
 
 static int fail_ctx(redis_store *s, redisContext *c, const char *what)
 {
+    char text[256];
     int rc = lease__seterr(LEASE_ESTORE, "redis %s on %s: %s", what,
                            s->parent.url_redacted ? s->parent.url_redacted : "?",
-                           c && c->errstr[0] ? c->errstr : "connection lost");
+                           c && c->errstr[0]
+                               ? redis_server_text(text, sizeof(text), s, c->errstr)
+                               : "connection lost");
 
-    /* After an I/O error a context is unusable: the next call reconnects. */
-    if (c == s->ctx)
-        drop(s);
-    else if (c == s->sub)
-        drop_sub(s);
+    redis_forget(s, c);
     return rc;
+}
+
+static int redis_timed_out(redis_store *s, redisContext *c, const char *what)
+{
+    int rc = lease__seterr(LEASE_ESTORE,
+                           "redis %s on %s: no complete answer within the "
+                           "%llu ms timeout: the outcome is uncertain",
+                           what,
+                           s->parent.url_redacted ? s->parent.url_redacted : "?",
+                           (unsigned long long)s->timeout_ms);
+
+    redis_forget(s, c);
+    return rc;
+}
+
+/* Wait until c's socket is ready for `events`, at most until the deadline. */
+static int redis_poll(redis_store *s, redisContext *c, short events,
+                      const char *what)
+{
+    /* Bounded: each pass returns, or poll() was interrupted and the time
+     * left shrinks until it is 0. */
+    for (;;) {
+        int64_t left = redis_left_ms(s);
+        struct pollfd p;
+        int n;
+
+        if (left <= 0)
+            return redis_timed_out(s, c, what);
+        p.fd = c->fd;
+        p.events = events;
+        p.revents = 0;
+        n = poll(&p, 1, left > INT32_MAX ? INT32_MAX : (int)left);
+        if (n > 0)
+            return 0; /* also on POLLERR/POLLHUP: the read or write says why */
+        if (n < 0 && errno != EINTR)
+            return fail_ctx(s, c, what);
+    }
+}
+
+/* Replies larger than this are refused: the largest a store call expects is
+ * a guarded value (64 MiB) with its framing. */
+#define REDIS_REPLY_BYTES_MAX (65u * 1024 * 1024)
+
+/* Arrays longer than this are refused: the longest a call expects is a
+ * SCAN batch (COUNT 500) or a history (LEASE_HISTORY_KEEP entries). */
+#define REDIS_ARRAY_MAX (1u << 20)
+
+/*
+ * hiredis allocates an array for the length a header announces before any
+ * element has come, and keeps no limit of its own: a server could ask it for
+ * gigabytes with a few bytes. So the headers of what is buffered and not yet
+ * parsed are checked first (hiredis consumes whole items only, so its
+ * cursor is always at the start of one). 0 when they are sound so far.
+ */
+static int redis_check_headers(redis_store *s, redisContext *c, const char *what)
+{
+    const char *p = c->reader->buf + c->reader->pos;
+    const char *end = c->reader->buf + c->reader->len;
+    int rc;
+
+    /* Bounded: every pass moves p forward by a line at least. */
+    while (p < end) {
+        const char *nl = memchr(p, '\n', (size_t)(end - p));
+        char num[24];
+        size_t n;
+        long long v = 0;
+
+        if (nl == NULL)
+            return 0; /* the rest of the header is still to come */
+        /* The bytes between the type and the newline ("\r" included). */
+        n = (size_t)(nl - p) > 0 ? (size_t)(nl - p) - 1 : 0;
+        if ((*p == '*' || *p == '$') && n >= sizeof(num))
+            break; /* no length of a sane reply is that long */
+        memcpy(num, p + 1, n < sizeof(num) ? n : 0);
+        num[n < sizeof(num) ? n : 0] = '\0';
+        if (*p == '*' || *p == '$')
+            v = strtoll(num, NULL, 10);
+        if ((*p == '*' && v > (long long)REDIS_ARRAY_MAX) ||
+            (*p == '$' && v > (long long)REDIS_REPLY_BYTES_MAX))
+            break;
+        if (*p == '$' && v >= 0) {
+            if ((size_t)(end - nl - 1) < (size_t)v + 2)
+                return 0; /* the payload is still to come */
+            nl += v + 2;
+        }
+        p = nl + 1;
+    }
+    if (p >= end)
+        return 0;
+    rc = redis_odd(what, *p == '*' ? "an array longer than the store ever sends"
+                                   : "a string longer than the store ever sends");
+    redis_forget(s, c);
+    return rc;
+}
+
+/* hiredis writes with write(2), which raises SIGPIPE on a connection the
+ * server has closed (an idle timeout, a restart): that would kill the
+ * application. Block it in this thread for the write and take back a
+ * SIGPIPE the write raised, as libcurl does; one that was already pending
+ * is left alone. */
+static int redis_write(redisContext *c, int *done)
+{
+    static const struct timespec now = { 0, 0 };
+    sigset_t pipe_set, old, pending;
+    int rc, was_pending;
+
+    sigemptyset(&pipe_set);
+    sigaddset(&pipe_set, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &pipe_set, &old);
+    was_pending = sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE);
+    rc = redisBufferWrite(c, done);
+    if (!was_pending && sigpending(&pending) == 0 &&
+        sigismember(&pending, SIGPIPE))
+        sigtimedwait(&pipe_set, NULL, &now);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    return rc;
+}
+
+/* Send what is queued on c, then read one complete reply (to be freed). */
+static int redis_roundtrip(redisReply **out, redis_store *s, redisContext *c,
+                           const char *what)
+{
+    void *reply = NULL;
+    int done = 0, rc;
+
+    *out = NULL;
+    /* Bounded by the deadline: every pass waits in redis_poll. */
+    while (!done) {
+        if ((rc = redis_poll(s, c, POLLOUT, what)) < 0)
+            return rc;
+        if (redis_write(c, &done) != REDIS_OK)
+            return fail_ctx(s, c, what);
+    }
+    for (;;) {
+        if ((rc = redis_check_headers(s, c, what)) < 0)
+            return rc;
+        if (redisGetReplyFromReader(c, &reply) != REDIS_OK)
+            return fail_ctx(s, c, what);
+        if (reply != NULL)
+            break;
+        if (c->reader->len > REDIS_REPLY_BYTES_MAX) {
+            rc = lease__seterr(LEASE_ESTORE, "redis %s: reply larger than %u bytes",
+                               what, REDIS_REPLY_BYTES_MAX);
+            redis_forget(s, c);
+            return rc;
+        }
+        if ((rc = redis_poll(s, c, POLLIN, what)) < 0)
+            return rc;
+        if (redisBufferRead(c) != REDIS_OK)
+            return fail_ctx(s, c, what);
+    }
+    *out = reply;
+    return 0;
 }
 
 /* Run a command with binary-safe arguments; *out must be freed. */
 static int call(redisReply **out, redis_store *s, redisContext *c, int argc,
                 const char **argv, const size_t *lens, const char *what)
 {
-    redisReply *r = redisCommandArgv(c, argc, argv, lens);
+    redisReply *r;
+    int rc;
 
     *out = NULL;
-    if (r == NULL)
+    if (redisAppendCommandArgv(c, argc, argv, lens) != REDIS_OK)
         return fail_ctx(s, c, what);
+    if ((rc = redis_roundtrip(&r, s, c, what)) < 0)
+        return rc;
     if (r->type == REDIS_REPLY_ERROR) {
-        int rc = lease__seterr(LEASE_ESTORE, "redis %s: %s", what, r->str);
+        char text[256];
+
+        rc = lease__seterr(LEASE_ESTORE, "redis %s: %s", what,
+                           redis_server_text(text, sizeof(text), s, r->str));
         *out = r; /* the caller may look at NOSCRIPT */
         return rc;
     }
@@ -324,53 +563,86 @@ static int simple(redis_store *s, redisContext *c, const char *what, int argc,
     return rc;
 }
 
+/*
+ * hiredis opens its socket without close-on-exec, so set it at once, before
+ * anything else: a window remains between socket() inside hiredis and this
+ * fcntl in which another thread's fork+exec would inherit it, which no code
+ * outside hiredis can close. Then switch the socket to non-blocking, for
+ * redis_roundtrip's polls (hiredis treats EAGAIN as "no data yet" only
+ * without REDIS_BLOCK).
+ */
+static int redis_prepare_fd(redisContext *c)
+{
+    int fdf = fcntl(c->fd, F_GETFD), fl;
+
+    if (fdf < 0 || fcntl(c->fd, F_SETFD, fdf | FD_CLOEXEC) < 0)
+        return -1;
+    if ((fl = fcntl(c->fd, F_GETFL)) < 0 || fcntl(c->fd, F_SETFL, fl | O_NONBLOCK) < 0)
+        return -1;
+    c->flags &= ~REDIS_BLOCK;
+    return 0;
+}
+
+static int redis_auth(redis_store *s, redisContext *c)
+{
+    const char *a3[3] = { "AUTH", s->user, s->password };
+    const char *a2[2] = { "AUTH", s->password };
+    redisReply *r;
+    int rc;
+
+    rc = s->user && *s->user ? call(&r, s, c, 3, a3, NULL, "AUTH")
+                             : call(&r, s, c, 2, a2, NULL, "AUTH");
+    /* The server's refusal: say only that authentication failed, its text
+     * could repeat what it was sent. */
+    if (rc < 0 && r != NULL)
+        rc = lease__seterr(LEASE_ESTORE, "redis %s: authentication failed",
+                           s->parent.url_redacted);
+    freeReplyObject(r);
+    return rc;
+}
+
 static redisContext *connect_one(redis_store *s, int *rc)
 {
-    struct timeval tv = tv_ms(s->timeout_ms);
-    redisContext *c = redisConnectWithTimeout(s->host, s->port, tv);
+    int64_t left = redis_left_ms(s);
+    redisContext *c;
     char db[16];
 
+    if (left <= 0) {
+        *rc = redis_timed_out(s, NULL, "connect");
+        return NULL;
+    }
+    c = redisConnectWithTimeout(s->host, s->port, tv_ms((uint64_t)left));
     if (c == NULL) {
         *rc = lease__seterr(LEASE_ENOMEM, "out of memory");
         return NULL;
     }
-    if (c->err) {
-        *rc = lease__seterr(LEASE_ESTORE, "cannot connect to redis %s: %s",
-                            s->parent.url_redacted, c->errstr);
+    if (c->err == 0 && redis_prepare_fd(c) < 0) {
+        *rc = lease__seterr(LEASE_ESTORE, "redis %s: cannot set up the socket: %s",
+                            s->parent.url_redacted, strerror(errno));
         redisFree(c);
         return NULL;
     }
-    redisSetTimeout(c, tv);
+    if (c->err) {
+        char text[256];
+
+        *rc = lease__seterr(LEASE_ESTORE, "cannot connect to redis %s: %s",
+                            s->parent.url_redacted,
+                            redis_server_text(text, sizeof(text), s, c->errstr));
+        redisFree(c);
+        return NULL;
+    }
     redisEnableKeepAlive(c);
-    if (s->password) {
-        const char *a3[3] = { "AUTH", s->user, s->password };
-        const char *a2[2] = { "AUTH", s->password };
-        redisReply *r = s->user && *s->user ? redisCommandArgv(c, 3, a3, NULL)
-                                            : redisCommandArgv(c, 2, a2, NULL);
-        /* The server's answer names no password; still, say only that
-         * authentication failed. */
-        if (r == NULL || r->type == REDIS_REPLY_ERROR) {
-            *rc = lease__seterr(LEASE_ESTORE, "redis %s: authentication failed",
-                                s->parent.url_redacted);
-            freeReplyObject(r);
-            redisFree(c);
-            return NULL;
-        }
-        freeReplyObject(r);
+    if (s->password && (*rc = redis_auth(s, c)) < 0) {
+        redisFree(c);
+        return NULL;
     }
     if (s->db) {
         const char *a[2] = { "SELECT", db };
-        redisReply *r;
         snprintf(db, sizeof(db), "%d", s->db);
-        r = redisCommandArgv(c, 2, a, NULL);
-        if (r == NULL || r->type == REDIS_REPLY_ERROR) {
-            *rc = lease__seterr(LEASE_ESTORE, "redis SELECT %d: %s", s->db,
-                                r ? r->str : c->errstr);
-            freeReplyObject(r);
+        if ((*rc = simple(s, c, "SELECT", 2, a)) < 0) {
             redisFree(c);
             return NULL;
         }
-        freeReplyObject(r);
     }
     *rc = 0;
     return c;
@@ -388,9 +660,10 @@ static int load_scripts(redis_store *s)
             freeReplyObject(r);
             return rc;
         }
-        if (r->type != REDIS_REPLY_STRING || r->len != 40) {
+        if (r->type != REDIS_REPLY_STRING || r->len != 40 ||
+            strspn(r->str, "0123456789abcdefABCDEF") != 40) {
             freeReplyObject(r);
-            return lease__seterr(LEASE_ESTORE, "redis SCRIPT LOAD: odd reply");
+            return redis_odd("script load", "not a 40-digit SHA1");
         }
         memcpy(s->sha[i], r->str, 41);
         freeReplyObject(r);
@@ -511,23 +784,118 @@ static size_t key_of(char *out, size_t size, const redis_store *s,
 
 #define KEYBUF (64 + 16 + LEASE_KEY_MAX + 16)
 
-static uint64_t str_u64(const redisReply *r)
+/* What the store answers is input too: every number and string is checked
+ * before use, and a reply of another shape is LEASE_ESTORE naming what was
+ * wrong, never a default value, EBUSY, ELOST or success. */
+#define REDIS_TTL_MAX_MS ((uint64_t)INT64_MAX / 1000000) /* ns fit int64 */
+
+/* A decimal string (or integer) reply within [min, max] into *out; -1 if
+ * it is anything else (sign, blanks, overflow, another type). */
+static int redis_num(uint64_t *out, const redisReply *r, uint64_t min,
+                     uint64_t max)
 {
+    uint64_t v = 0;
+    size_t i;
+
     if (r == NULL)
-        return 0;
-    if (r->type == REDIS_REPLY_INTEGER)
-        return r->integer > 0 ? (uint64_t)r->integer : 0;
-    if (r->type == REDIS_REPLY_STRING && r->str[0] != '-')
-        return strtoull(r->str, NULL, 10);
+        return -1;
+    if (r->type == REDIS_REPLY_INTEGER) {
+        if (r->integer < 0)
+            return -1;
+        v = (uint64_t)r->integer;
+    } else if (r->type == REDIS_REPLY_STRING) {
+        if (r->len == 0 || r->len > 20)
+            return -1;
+        for (i = 0; i < r->len; i++) {
+            unsigned d = (unsigned)((unsigned char)r->str[i] - '0');
+            if (d > 9 || v > (UINT64_MAX - d) / 10)
+                return -1;
+            v = v * 10 + d;
+        }
+    } else {
+        return -1;
+    }
+    if (v < min || v > max)
+        return -1;
+    *out = v;
     return 0;
 }
 
-static void str_copy(char *dst, size_t size, const redisReply *r)
+static int redis_token(uint64_t *out, const redisReply *r)
 {
-    lease__strlcpy(dst, r && r->type == REDIS_REPLY_STRING ? r->str : "", size);
+    return redis_num(out, r, 1, LEASE__TOKEN_MAX);
+}
+
+/* A string reply that fits dst (with its NUL) and holds no NUL; -1 else. */
+static int redis_str(char *dst, size_t size, const redisReply *r)
+{
+    if (r == NULL || r->type != REDIS_REPLY_STRING || r->len >= size ||
+        memchr(r->str, '\0', r->len) != NULL)
+        return -1;
+    memcpy(dst, r->str, r->len);
+    dst[r->len] = '\0';
+    return 0;
+}
+
+/* An array reply of exactly n elements, those from index `first` on
+ * strings; -1 otherwise. */
+static int redis_array(const redisReply *r, size_t n, size_t first)
+{
+    size_t i;
+
+    if (r == NULL || r->type != REDIS_REPLY_ARRAY || r->elements != n)
+        return -1;
+    for (i = 0; i < n; i++)
+        if (r->element[i] == NULL ||
+            (i >= first && r->element[i]->type != REDIS_REPLY_STRING))
+            return -1;
+    return 0;
+}
+
+/* The 0/1 an integer reply must be; -1 for anything else. */
+static int redis_flag(const redisReply *r)
+{
+    if (r == NULL || r->type != REDIS_REPLY_INTEGER ||
+        (r->integer != 0 && r->integer != 1))
+        return -1;
+    return (int)r->integer;
+}
+
+/* The holder of an unexpired lease, from owner, label, token, pttl and ttl
+ * replies; -1 with the message set when one is out of range. */
+static int redis_holder(lease_info *h, const char *what,
+                        const redisReply *const *f)
+{
+    uint64_t pttl;
+
+    if (redis_str(h->owner, sizeof(h->owner), f[0]) < 0 ||
+        !lease_owner_valid(h->owner))
+        return redis_odd(what, "the holder's owner is not a UUID");
+    if (redis_str(h->label, sizeof(h->label), f[1]) < 0)
+        return redis_odd(what, "the holder's label is not text of at most 255 bytes");
+    if (redis_token(&h->token, f[2]) < 0)
+        return redis_odd(what, "the holder's token is not 1 .. 2^63-1");
+    if (redis_num(&h->ttl_ms, f[4], 1, REDIS_TTL_MAX_MS) < 0)
+        return redis_odd(what, "the lease's ttl is out of range");
+    /* Redis says -1 for a key without expiry: a lease that never ends. */
+    if (redis_num(&pttl, f[3], 0, h->ttl_ms) < 0)
+        return redis_odd(what, "the lease's remaining time is not 0 .. its ttl");
+    h->remaining_ms = pttl;
+    h->held = 1;
+    return 0;
 }
 
 /* ---- operations ------------------------------------------------------------ */
+
+/* The WAIT timeout: what the URL asks, but within the call's deadline, with
+ * a margin for the reply to arrive before it. */
+static uint64_t redis_wait_ms(const redis_store *s)
+{
+    int64_t left = redis_left_ms(s);
+    uint64_t cap = left > 4 ? (uint64_t)(left - left / 4) : 1;
+
+    return s->wait_timeout_ms < cap ? s->wait_timeout_ms : cap;
+}
 
 static int wait_for_replicas(redis_store *s)
 {
@@ -537,7 +905,7 @@ static int wait_for_replicas(redis_store *s)
     int rc;
 
     snprintf(n, sizeof(n), "%d", s->wait_replicas);
-    snprintf(ms, sizeof(ms), "%llu", (unsigned long long)s->wait_timeout_ms);
+    snprintf(ms, sizeof(ms), "%llu", (unsigned long long)redis_wait_ms(s));
     if ((rc = call(&r, s, s->ctx, 3, a, NULL, "wait")) < 0) {
         freeReplyObject(r);
         return rc;
@@ -555,6 +923,27 @@ static int wait_for_replicas(redis_store *s)
     return rc;
 }
 
+/* The acquire script's reply: {1, token} or {0, owner, label, token, pttl,
+ * ttl}. Returns 0 (granted), LEASE_EBUSY or LEASE_ESTORE. */
+static int acquire_reply(uint64_t *token, lease_info *holder,
+                         const redisReply *r)
+{
+    int granted = r->type == REDIS_REPLY_ARRAY && r->elements >= 1
+                      ? redis_flag(r->element[0]) : -1;
+
+    if (granted == 1) {
+        if (r->elements != 2 || redis_token(token, r->element[1]) < 0)
+            return redis_odd("acquire", "the token is not 1 .. 2^63-1");
+        return 0;
+    }
+    if (granted != 0 || r->elements != 6)
+        return redis_odd("acquire", "not {1, token} nor {0, holder...}");
+    if (redis_holder(holder, "acquire",
+                     (const redisReply *const *)r->element + 1) < 0)
+        return LEASE_ESTORE;
+    return LEASE_EBUSY;
+}
+
 static int redis_acquire(lease_grant *out, lease_info *holder, lease_store *base,
                          const lease_request *req)
 {
@@ -564,6 +953,7 @@ static int redis_acquire(lease_grant *out, lease_info *holder, lease_store *base
     redisReply *r;
     int rc;
 
+    redis_begin(s);
     key_of(lk, sizeof(lk), s, "", req->key, ":lease");
     key_of(ck, sizeof(ck), s, "", req->key, ":token");
     key_of(hk, sizeof(hk), s, "", req->key, ":history");
@@ -580,35 +970,26 @@ static int redis_acquire(lease_grant *out, lease_info *holder, lease_store *base
     args[6] = keep;
     if ((rc = eval(&r, s, SC_ACQUIRE, 3, args, NULL, 7, "acquire")) < 0)
         return rc;
-    /* A reply of another shape is a store failure, never busy or success. */
-    if (r->type != REDIS_REPLY_ARRAY || r->elements < 2 ||
-        r->element[0]->type != REDIS_REPLY_INTEGER ||
-        (r->element[0]->integer == 1 && str_u64(r->element[1]) == 0) ||
-        (r->element[0]->integer != 1 && r->element[0]->integer != 0)) {
-        freeReplyObject(r);
-        return lease__seterr(LEASE_ESTORE, "redis acquire: odd reply");
-    }
-    if (r->element[0]->integer == 1) {
-        out->token = str_u64(r->element[1]);
-        out->ttl_ms = req->ttl_ms;
-        freeReplyObject(r);
-        drop_sub(s); /* stop listening once the wait is over */
-        if (s->wait_replicas > 0)
-            return wait_for_replicas(s);
-        return 0;
-    }
     memset(holder, 0, sizeof(*holder));
     lease__strlcpy(holder->key, req->key, sizeof(holder->key));
-    if (r->elements >= 6) {
-        str_copy(holder->owner, sizeof(holder->owner), r->element[1]);
-        str_copy(holder->label, sizeof(holder->label), r->element[2]);
-        holder->token = str_u64(r->element[3]);
-        holder->remaining_ms = str_u64(r->element[4]);
-        holder->ttl_ms = str_u64(r->element[5]);
-        holder->held = 1;
-    }
+    rc = acquire_reply(&out->token, holder, r);
     freeReplyObject(r);
-    return LEASE_EBUSY;
+    if (rc < 0)
+        return rc;
+    out->ttl_ms = req->ttl_ms;
+    drop_sub(s); /* stop listening once the wait is over */
+    if (s->wait_replicas > 0)
+        return wait_for_replicas(s);
+    return 0;
+}
+
+/* The 0/1 of the renew, release and put scripts: 1 and 0 are the answer;
+ * anything else is a store failure, never ELOST. */
+static int redis_outcome(const redisReply *r, const char *what)
+{
+    int v = redis_flag(r);
+
+    return v < 0 ? redis_odd(what, "not the integer 0 or 1") : v;
 }
 
 static int redis_renew(uint64_t *granted_ms, lease_store *base, const char *key,
@@ -618,17 +999,20 @@ static int redis_renew(uint64_t *granted_ms, lease_store *base, const char *key,
     char lk[KEYBUF], hk[KEYBUF], tok[24], ttl[24];
     const char *args[5] = { lk, hk, owner, tok, ttl };
     redisReply *r;
-    int rc, ok;
+    int rc;
 
+    redis_begin(s);
     key_of(lk, sizeof(lk), s, "", key, ":lease");
     key_of(hk, sizeof(hk), s, "", key, ":history");
     snprintf(tok, sizeof(tok), "%llu", (unsigned long long)token);
     snprintf(ttl, sizeof(ttl), "%llu", (unsigned long long)ttl_ms);
     if ((rc = eval(&r, s, SC_RENEW, 2, args, NULL, 5, "renew")) < 0)
         return rc;
-    ok = r->type == REDIS_REPLY_INTEGER && r->integer == 1;
+    rc = redis_outcome(r, "renew");
     freeReplyObject(r);
-    if (!ok)
+    if (rc < 0)
+        return rc;
+    if (rc == 0)
         return lease__not_holder("renew", key, token, NULL);
     *granted_ms = ttl_ms;
     return 0;
@@ -641,48 +1025,53 @@ static int redis_release(lease_store *base, const char *key, const char *owner,
     char lk[KEYBUF], hk[KEYBUF], tok[24], chan[96];
     const char *args[6] = { lk, hk, owner, tok, chan, key };
     redisReply *r;
-    int rc, ok;
+    int rc;
 
+    redis_begin(s);
     key_of(lk, sizeof(lk), s, "", key, ":lease");
     key_of(hk, sizeof(hk), s, "", key, ":history");
     snprintf(tok, sizeof(tok), "%llu", (unsigned long long)token);
     snprintf(chan, sizeof(chan), "%sreleased", s->prefix);
     if ((rc = eval(&r, s, SC_RELEASE, 2, args, NULL, 6, "release")) < 0)
         return rc;
-    ok = r->type == REDIS_REPLY_INTEGER && r->integer == 1;
+    rc = redis_outcome(r, "release");
     freeReplyObject(r);
-    if (!ok)
+    if (rc < 0)
+        return rc;
+    if (rc == 0)
         return lease__seterr(LEASE_ELOST,
                              "release '%s': this owner does not hold token %llu",
                              key, (unsigned long long)token);
     return 0;
 }
 
-/* The inspect script's reply, for `key`; ENOTFOUND for a key never
- * acquired. Frees r. */
+/* The inspect script's reply, for `key`: {0} for a key never acquired
+ * (ENOTFOUND), else {1, counter, owner, label, token, pttl, ttl} with
+ * empty strings for a free key. Frees r. */
 static int inspect_reply(lease_info *out, redisReply *r, const char *key)
 {
-    if (r->type != REDIS_REPLY_ARRAY || r->elements < 1 ||
-        r->element[0]->integer != 1 || r->elements < 7) {
-        freeReplyObject(r);
-        return lease__seterr(LEASE_ENOTFOUND, "'%s' was never acquired", key);
-    }
+    int found = r->type == REDIS_REPLY_ARRAY && r->elements >= 1
+                    ? redis_flag(r->element[0]) : -1;
+    const redisReply *const *f = (const redisReply *const *)r->element;
+    int rc = 0;
+
     memset(out, 0, sizeof(*out));
     lease__strlcpy(out->key, key, sizeof(out->key));
-    str_copy(out->owner, sizeof(out->owner), r->element[2]);
-    out->held = out->owner[0] != '\0';
-    str_copy(out->label, sizeof(out->label), r->element[3]);
+    if (found == 0 && r->elements == 1)
+        rc = lease__seterr(LEASE_ENOTFOUND, "'%s' was never acquired", key);
+    else if (found != 1 || redis_array(r, 7, 1) < 0)
+        rc = redis_odd("inspect", "not {0} nor {1, and six strings}");
+    else if (redis_token(&out->token, f[1]) < 0)
+        rc = redis_odd("inspect", "the token counter is not 1 .. 2^63-1");
+    else if (f[2]->len > 0 && redis_holder(out, "inspect", f + 2) < 0)
+        rc = LEASE_ESTORE;
     /* A free key reports its last token: the counter. */
-    out->token = out->held ? str_u64(r->element[4]) : str_u64(r->element[1]);
-    out->remaining_ms = out->held ? str_u64(r->element[5]) : 0;
-    out->ttl_ms = out->held ? str_u64(r->element[6]) : 0;
     freeReplyObject(r);
-    return 0;
+    return rc;
 }
 
-static int redis_inspect(lease_info *out, lease_store *base, const char *key)
+static int inspect_one(lease_info *out, redis_store *s, const char *key)
 {
-    redis_store *s = (redis_store *)base;
     char lk[KEYBUF], ck[KEYBUF];
     const char *args[2] = { lk, ck };
     redisReply *r;
@@ -693,6 +1082,14 @@ static int redis_inspect(lease_info *out, lease_store *base, const char *key)
     if ((rc = eval(&r, s, SC_INSPECT, 2, args, NULL, 2, "inspect")) < 0)
         return rc;
     return inspect_reply(out, r, key);
+}
+
+static int redis_inspect(lease_info *out, lease_store *base, const char *key)
+{
+    redis_store *s = (redis_store *)base;
+
+    redis_begin(s);
+    return inspect_one(out, s, key);
 }
 
 /*
@@ -715,33 +1112,33 @@ static int inspect_many(lease_info *infos, size_t *got, redis_store *s,
         key_of(lk, sizeof(lk), s, "", names[i], ":lease");
         key_of(ck, sizeof(ck), s, "", names[i], ":token");
         if (redisAppendCommandArgv(s->ctx, 5, argv, NULL) != REDIS_OK)
-            break;
+            return fail_ctx(s, s->ctx, "list");
         sent++;
     }
-    /* Read every reply that was queued, even after a failure, so that the
-     * connection is not left with answers in flight. */
+    /* Read every reply that was queued; a failure or a malformed answer
+     * drops the connection, so that none is left in flight. */
     for (i = 0; i < sent; i++) {
-        redisReply *r = NULL;
+        redisReply *r;
 
-        if (s->ctx == NULL || redisGetReply(s->ctx, (void **)&r) != REDIS_OK || r == NULL) {
-            if (s->ctx)
-                rc = fail_ctx(s, s->ctx, "list");
-            return rc < 0 ? rc : lease__seterr(LEASE_ESTORE, "redis list: no reply");
-        }
+        if ((rc = redis_roundtrip(&r, s, s->ctx, "list")) < 0)
+            return rc;
         if (r->type == REDIS_REPLY_ERROR) {
             freeReplyObject(r);
             continue; /* again below, alone */
         }
-        if (inspect_reply(&infos[*got], r, names[i]) == 0)
+        rc = inspect_reply(&infos[*got], r, names[i]);
+        if (rc == 0)
             (*got)++;
+        else if (rc != LEASE_ENOTFOUND) {
+            drop(s);
+            return rc;
+        }
         names[i][0] = '\0'; /* done */
     }
-    if (sent < n)
-        return fail_ctx(s, s->ctx, "list");
     for (i = 0; i < n; i++) {
         if (names[i][0] == '\0')
             continue;
-        if ((rc = redis_inspect(&infos[*got], &s->parent, names[i])) == 0)
+        if ((rc = inspect_one(&infos[*got], s, names[i])) == 0)
             (*got)++;
         else if (rc != LEASE_ENOTFOUND)
             return rc;
@@ -767,6 +1164,54 @@ static void glob_escape(char *out, size_t size, const char *in)
     out[n] = '\0';
 }
 
+/*
+ * One SCAN reply: {cursor, {key...}}. The cursor goes to `cursor`, and the
+ * lease keys that match `prefix` (keys <prefix>{name}:token) to batch[*nb],
+ * which has room for every key of the reply (malloc'ed here).
+ */
+static int scan_reply(char cursor[32], char (**batch)[LEASE_KEY_MAX + 1],
+                      size_t *nb, const redis_store *s, const char *prefix,
+                      const redisReply *r)
+{
+    size_t i, plen = strlen(s->prefix), klen = strlen(prefix);
+    uint64_t c;
+
+    *nb = 0;
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
+        r->element[1]->type != REDIS_REPLY_ARRAY)
+        return redis_odd("list", "SCAN did not answer {cursor, {keys}}");
+    if (redis_num(&c, r->element[0], 0, UINT64_MAX) < 0 ||
+        r->element[0]->type != REDIS_REPLY_STRING)
+        return redis_odd("list", "the SCAN cursor is not a decimal string");
+    memcpy(cursor, r->element[0]->str, r->element[0]->len + 1);
+    /* COUNT is a hint: size the batch by what came. */
+    free(*batch);
+    *batch = malloc((r->element[1]->elements ? r->element[1]->elements : 1) *
+                    sizeof(**batch));
+    if (*batch == NULL)
+        return lease__seterr(LEASE_ENOMEM, "out of memory");
+    for (i = 0; i < r->element[1]->elements; i++) {
+        const redisReply *k = r->element[1]->element[i];
+        size_t len, n;
+
+        if (k->type != REDIS_REPLY_STRING)
+            return redis_odd("list", "SCAN gave a key that is not a string");
+        /* <prefix>{name}:token, name 1..LEASE_KEY_MAX bytes without NUL;
+         * a server that ignores MATCH may send others: skip them. */
+        len = k->len;
+        if (len < plen + 9 || memcmp(k->str, s->prefix, plen) != 0 ||
+            k->str[plen] != '{' || memcmp(k->str + len - 7, "}:token", 7) != 0)
+            continue;
+        n = len - plen - 8;
+        if (n > LEASE_KEY_MAX || memchr(k->str + plen + 1, '\0', n) ||
+            n < klen || memcmp(k->str + plen + 1, prefix, klen) != 0)
+            continue;
+        memcpy((*batch)[*nb], k->str + plen + 1, n);
+        (*batch)[(*nb)++][n] = '\0';
+    }
+    return 0;
+}
+
 static int redis_list(lease_store *base, const char *prefix, lease_list_cb cb,
                       void *payload)
 {
@@ -775,55 +1220,33 @@ static int redis_list(lease_store *base, const char *prefix, lease_list_cb cb,
     char cursor[32] = "0";
     lease_info *infos = NULL;
     char (*batch)[LEASE_KEY_MAX + 1] = NULL;
-    size_t n = 0, cap = 0, i, plen = strlen(s->prefix);
+    size_t n = 0, cap = 0, i;
     int rc, rounds;
 
+    redis_begin(s);
     if ((rc = ensure(s)) < 0)
         return rc;
     glob_escape(ep, sizeof(ep), s->prefix);
     glob_escape(ek, sizeof(ek), prefix);
     snprintf(pat, sizeof(pat), "%s{%s*:token", ep, ek);
-    /* Bounded: SCAN ends when the cursor comes back to 0; the round cap
-     * only guards against a server that never says so. */
+    /* Bounded: SCAN ends when the cursor comes back to 0, and the whole
+     * walk by the call's deadline; the round cap only guards against a
+     * server that never says so. */
     for (rounds = 0; rounds < 1000000; rounds++) {
         const char *a[6] = { "SCAN", cursor, "MATCH", pat, "COUNT", "500" };
         redisReply *r;
         size_t nb = 0;
 
+        if ((rc = ensure(s)) < 0)
+            goto out;
         if ((rc = call(&r, s, s->ctx, 6, a, NULL, "list")) < 0) {
             freeReplyObject(r);
             goto out;
         }
-        if (r->type != REDIS_REPLY_ARRAY || r->elements != 2) {
-            freeReplyObject(r);
-            rc = lease__seterr(LEASE_ESTORE, "redis SCAN: odd reply");
-            goto out;
-        }
-        lease__strlcpy(cursor, r->element[0]->str, sizeof(cursor));
-        /* COUNT is a hint: size the batch by what came. */
-        free(batch);
-        batch = malloc((r->element[1]->elements ? r->element[1]->elements : 1) *
-                       sizeof(*batch));
-        if (batch == NULL) {
-            freeReplyObject(r);
-            rc = lease__seterr(LEASE_ENOMEM, "out of memory");
-            goto out;
-        }
-        for (i = 0; i < r->element[1]->elements; i++) {
-            const redisReply *k = r->element[1]->element[i];
-            char name[LEASE_KEY_MAX + 1];
-            size_t len = k->len;
-
-            /* <prefix>{name}:token */
-            if (len < plen + 8 || k->str[plen] != '{' || len - plen - 8 > LEASE_KEY_MAX)
-                continue;
-            memcpy(name, k->str + plen + 1, len - plen - 8);
-            name[len - plen - 8] = '\0';
-            if (strncmp(name, prefix, strlen(prefix)) != 0)
-                continue;
-            memcpy(batch[nb++], name, sizeof(name));
-        }
+        rc = scan_reply(cursor, &batch, &nb, s, prefix, r);
         freeReplyObject(r);
+        if (rc < 0)
+            goto out;
         /* Room for the batch, then one pipelined round trip for it. */
         if (n + nb > cap) {
             size_t want = cap ? cap : 32;
@@ -862,18 +1285,18 @@ static int redis_fence_advance(uint64_t *mark, lease_store *base,
     redisReply *r;
     int rc, ok;
 
+    redis_begin(s);
     key_of(fk, sizeof(fk), s, "fence:", resource, "");
     snprintf(tok, sizeof(tok), "%llu", (unsigned long long)token);
     if ((rc = eval(&r, s, SC_FENCE, 1, args, NULL, 2, "fence")) < 0)
         return rc;
-    if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
-        r->element[0]->type != REDIS_REPLY_INTEGER ||
-        r->element[1]->type != REDIS_REPLY_STRING) {
+    ok = redis_array(r, 2, 2) == 0 ? redis_flag(r->element[0]) : -1;
+    /* Accepted: the mark is the token; refused: a mark above it. */
+    if (ok < 0 || redis_num(mark, r->element[1], 1, LEASE__TOKEN_MAX) < 0 ||
+        (ok == 1 && *mark != token) || (ok == 0 && *mark <= token)) {
         freeReplyObject(r);
-        return lease__seterr(LEASE_ESTORE, "redis fence: odd reply");
+        return redis_odd("fence", "not {1, token} nor {0, a higher mark}");
     }
-    ok = r->element[0]->integer == 1;
-    *mark = str_u64(r->element[1]);
     freeReplyObject(r);
     return ok ? 0 : LEASE_ESTALE;
 }
@@ -887,6 +1310,7 @@ static int redis_fence_mark(uint64_t *mark, lease_store *base,
     redisReply *r;
     int rc;
 
+    redis_begin(s);
     key_of(fk, sizeof(fk), s, "fence:", resource, "");
     if ((rc = ensure(s)) < 0)
         return rc;
@@ -894,13 +1318,13 @@ static int redis_fence_mark(uint64_t *mark, lease_store *base,
         freeReplyObject(r);
         return rc;
     }
-    if (r->type != REDIS_REPLY_STRING) {
-        freeReplyObject(r);
-        return lease__seterr(LEASE_ENOTFOUND, "'%s' has no fencing mark", resource);
-    }
-    *mark = str_u64(r);
+    if (r->type == REDIS_REPLY_NIL)
+        rc = lease__seterr(LEASE_ENOTFOUND, "'%s' has no fencing mark", resource);
+    else if (redis_num(mark, r, 1, LEASE__TOKEN_MAX) < 0 ||
+             r->type != REDIS_REPLY_STRING)
+        rc = redis_odd("read mark", "the mark is not 1 .. 2^63-1");
     freeReplyObject(r);
-    return 0;
+    return rc;
 }
 
 static int redis_guarded_put(lease_store *base, const char *key,
@@ -912,8 +1336,9 @@ static int redis_guarded_put(lease_store *base, const char *key,
     const char *args[5] = { lk, dk, owner, tok, value };
     size_t lens[5];
     redisReply *r;
-    int rc, ok;
+    int rc;
 
+    redis_begin(s);
     key_of(lk, sizeof(lk), s, "", key, ":lease");
     key_of(dk, sizeof(dk), s, "data:", name, "");
     snprintf(tok, sizeof(tok), "%llu", (unsigned long long)token);
@@ -924,10 +1349,36 @@ static int redis_guarded_put(lease_store *base, const char *key,
     lens[4] = len;
     if ((rc = eval(&r, s, SC_PUT, 2, args, lens, 5, "guarded put")) < 0)
         return rc;
-    ok = r->type == REDIS_REPLY_INTEGER && r->integer == 1;
+    rc = redis_outcome(r, "guarded put");
     freeReplyObject(r);
-    if (!ok)
+    if (rc < 0)
+        return rc;
+    if (rc == 0)
         return lease__not_holder(NULL, key, token, "; nothing was written");
+    return 0;
+}
+
+/* HMGET value token: {nil, nil} for no data, else {value, token}. */
+static int data_reply(void **value, size_t *len, uint64_t *token,
+                      const redisReply *r, const char *name)
+{
+    uint64_t t;
+    char *copy;
+
+    if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+        r->element[0]->type == REDIS_REPLY_NIL &&
+        r->element[1]->type == REDIS_REPLY_NIL)
+        return lease__seterr(LEASE_ENOTFOUND, "no data named '%s'", name);
+    if (redis_array(r, 2, 0) < 0 || redis_token(&t, r->element[1]) < 0)
+        return redis_odd("read data", "not {value, token 1 .. 2^63-1}");
+    if ((copy = malloc(r->element[0]->len + 1)) == NULL)
+        return lease__seterr(LEASE_ENOMEM, "out of memory");
+    memcpy(copy, r->element[0]->str, r->element[0]->len);
+    copy[r->element[0]->len] = '\0';
+    *value = copy;
+    *len = r->element[0]->len;
+    if (token)
+        *token = t;
     return 0;
 }
 
@@ -938,9 +1389,9 @@ static int redis_data_get(void **value, size_t *len, uint64_t *token,
     char dk[KEYBUF];
     const char *a[4] = { "HMGET", dk, "value", "token" };
     redisReply *r;
-    char *copy;
     int rc;
 
+    redis_begin(s);
     key_of(dk, sizeof(dk), s, "data:", name, "");
     if ((rc = ensure(s)) < 0)
         return rc;
@@ -948,27 +1399,63 @@ static int redis_data_get(void **value, size_t *len, uint64_t *token,
         freeReplyObject(r);
         return rc;
     }
-    if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
-        r->element[0]->type != REDIS_REPLY_STRING) {
-        freeReplyObject(r);
-        return lease__seterr(LEASE_ENOTFOUND, "no data named '%s'", name);
-    }
-    if ((copy = malloc(r->element[0]->len + 1)) == NULL) {
-        freeReplyObject(r);
-        return lease__seterr(LEASE_ENOMEM, "out of memory");
-    }
-    memcpy(copy, r->element[0]->str, r->element[0]->len);
-    copy[r->element[0]->len] = '\0';
-    *value = copy;
-    *len = r->element[0]->len;
-    if (token)
-        *token = str_u64(r->element[1]);
+    rc = data_reply(value, len, token, r, name);
     freeReplyObject(r);
-    return 0;
+    return rc;
+}
+
+/* One message of the subscription, until s->deadline_ns: LEASE_ETIMEOUT
+ * when none came, keeping the subscription, unless a message may be half
+ * read (bytes came since the last whole message and the buffer was not
+ * empty after it): then the connection is dropped, as the rest would be
+ * misread. */
+static int sub_read(redisReply **out, redis_store *s)
+{
+    redisContext *c = s->sub;
+    void *reply = NULL;
+
+    /* Bounded by the deadline: each pass polls for the time left. */
+    for (;;) {
+        int64_t left;
+        struct pollfd p;
+        int n, rc;
+
+        if ((rc = redis_check_headers(s, c, "wait for release")) < 0)
+            return rc;
+        if (redisGetReplyFromReader(c, &reply) != REDIS_OK)
+            return fail_ctx(s, c, "wait for release");
+        if (reply != NULL) {
+            if (c->reader->pos == c->reader->len)
+                s->sub_dirty = 0;
+            *out = reply;
+            return 0;
+        }
+        if ((left = redis_left_ms(s)) <= 0) {
+            if (!s->sub_dirty)
+                return LEASE_ETIMEOUT;
+            return redis_timed_out(s, c, "wait for release");
+        }
+        if (c->reader->len > REDIS_REPLY_BYTES_MAX) {
+            rc = redis_odd("wait for release", "message too large");
+            drop_sub(s);
+            return rc;
+        }
+        p.fd = c->fd;
+        p.events = POLLIN;
+        p.revents = 0;
+        n = poll(&p, 1, left > INT32_MAX ? INT32_MAX : (int)left);
+        if (n < 0 && errno != EINTR)
+            return fail_ctx(s, c, "wait for release");
+        if (n > 0 && redisBufferRead(c) != REDIS_OK)
+            return fail_ctx(s, c, "wait for release");
+        if (n > 0)
+            s->sub_dirty = 1;
+    }
 }
 
 /* Wait on the release channel, over a second connection (a subscribed
- * connection can run no other command). */
+ * connection can run no other command). Subscribing is a store call,
+ * bounded by the handle's timeout; the wait after it by timeout_ms. */
 static int redis_wait_release(lease_store *base, const char *key,
                               uint64_t timeout_ms)
 {
@@ -980,6 +1467,7 @@ static int redis_wait_release(lease_store *base, const char *key,
         char chan[96];
         const char *a[2] = { "SUBSCRIBE", chan };
 
+        redis_begin(s);
         snprintf(chan, sizeof(chan), "%sreleased", s->prefix);
         if ((s->sub = connect_one(s, &rc)) == NULL)
             return rc;
@@ -988,27 +1476,14 @@ static int redis_wait_release(lease_store *base, const char *key,
             return rc;
         }
     }
-    /* Bounded by `end`: each pass reads with a socket timeout of the time
-     * left, and returns when it runs out. */
+    /* Bounded by `end`: every read waits at most until then. */
+    s->deadline_ns = end;
     for (;;) {
-        int64_t left = (end - lease_clock_ns()) / 1000000;
-        void *reply = NULL;
         redisReply *r;
         int match;
 
-        if (left <= 0)
-            return LEASE_ETIMEOUT;
-        redisSetTimeout(s->sub, tv_ms((uint64_t)left));
-        if (redisGetReply(s->sub, &reply) != REDIS_OK) {
-            int timed_out = s->sub->err == REDIS_ERR_IO &&
-                            (errno == EAGAIN || errno == EWOULDBLOCK);
-            drop_sub(s); /* a timed-out read leaves the context unusable */
-            if (timed_out)
-                return LEASE_ETIMEOUT;
-            return lease__seterr(LEASE_ESTORE, "redis wait for release: "
-                                 "connection lost");
-        }
-        r = reply;
+        if ((rc = sub_read(&r, s)) < 0)
+            return rc;
         match = r->type == REDIS_REPLY_ARRAY && r->elements == 3 &&
                 r->element[2]->type == REDIS_REPLY_STRING &&
                 strcmp(r->element[2]->str, key) == 0;
@@ -1035,11 +1510,29 @@ static lease_ended ended_of(const redisReply *r)
     return LEASE_ENDED_EXPIRED;
 }
 
-static int64_t str_i64(const redisReply *r)
+/* One history entry {token, owner, label, ttl_ms, acquired_ms, ended,
+ * ended_ms}; -1 with the message set when a field is out of range. */
+static int history_entry(lease_history_entry *e, const redisReply *r)
 {
-    uint64_t v = str_u64(r);
+    const redisReply *const *f = (const redisReply *const *)r->element;
+    uint64_t acquired, ended;
 
-    return v > (uint64_t)INT64_MAX ? INT64_MAX : (int64_t)v;
+    memset(e, 0, sizeof(*e));
+    if (redis_array(r, 7, 0) < 0)
+        return redis_odd("history", "an entry is not seven strings");
+    if (redis_token(&e->token, f[0]) < 0)
+        return redis_odd("history", "an entry's token is not 1 .. 2^63-1");
+    if (redis_str(e->owner, sizeof(e->owner), f[1]) < 0 ||
+        redis_str(e->label, sizeof(e->label), f[2]) < 0)
+        return redis_odd("history", "an entry's owner or label is too long");
+    if (redis_num(&e->ttl_ms, f[3], 0, REDIS_TTL_MAX_MS) < 0 ||
+        redis_num(&acquired, f[4], 0, INT64_MAX) < 0 ||
+        redis_num(&ended, f[6], 0, INT64_MAX) < 0)
+        return redis_odd("history", "an entry's ttl or times are out of range");
+    e->acquired_ms = (int64_t)acquired;
+    e->ended = ended_of(f[5]);
+    e->ended_ms = e->ended == LEASE_ENDED_HELD ? 0 : (int64_t)ended;
+    return 0;
 }
 
 static int redis_history(lease_history_entry *out, size_t *n, lease_store *base,
@@ -1050,50 +1543,26 @@ static int redis_history(lease_history_entry *out, size_t *n, lease_store *base,
     const char *args[3] = { hk, lk, mx };
     redisReply *r;
     size_t i;
-    int rc;
+    int rc = 0;
 
+    redis_begin(s);
     *n = 0;
     key_of(hk, sizeof(hk), s, "", key, ":history");
     key_of(lk, sizeof(lk), s, "", key, ":lease");
     snprintf(mx, sizeof(mx), "%zu", max);
     if ((rc = eval(&r, s, SC_HISTORY, 2, args, NULL, 3, "history")) < 0)
         return rc;
-    /* Check the whole reply before filling anything: a malformed one is a
-     * store failure, never a short history. */
-    if (r->type != REDIS_REPLY_ARRAY || r->elements > max) {
-        freeReplyObject(r);
-        return lease__seterr(LEASE_ESTORE, "redis history: odd reply");
-    }
-    for (i = 0; i < r->elements; i++) {
-        const redisReply *e = r->element[i];
-        size_t j;
-
-        if (e->type != REDIS_REPLY_ARRAY || e->elements != 7) {
-            freeReplyObject(r);
-            return lease__seterr(LEASE_ESTORE, "redis history: odd reply");
-        }
-        for (j = 0; j < 7; j++)
-            if (e->element[j]->type != REDIS_REPLY_STRING) {
-                freeReplyObject(r);
-                return lease__seterr(LEASE_ESTORE, "redis history: odd reply");
-            }
-    }
-    for (i = 0; i < r->elements; i++) {
-        const redisReply *const *f = (const redisReply *const *)r->element[i]->element;
-        lease_history_entry *e = &out[i];
-
-        memset(e, 0, sizeof(*e));
-        e->token = str_u64(f[0]);
-        str_copy(e->owner, sizeof(e->owner), f[1]);
-        str_copy(e->label, sizeof(e->label), f[2]);
-        e->ttl_ms = str_u64(f[3]);
-        e->acquired_ms = str_i64(f[4]);
-        e->ended = ended_of(f[5]);
-        e->ended_ms = e->ended == LEASE_ENDED_HELD ? 0 : str_i64(f[6]);
-    }
-    *n = r->elements;
+    /* Check the whole reply before handing anything out: a malformed one
+     * is a store failure, never a short history. */
+    if (r->type != REDIS_REPLY_ARRAY || r->elements > max)
+        rc = redis_odd("history", "not an array of at most the entries asked");
+    for (i = 0; rc == 0 && i < r->elements; i++)
+        if (history_entry(&out[i], r->element[i]) < 0)
+            rc = LEASE_ESTORE;
+    if (rc == 0)
+        *n = r->elements;
     freeReplyObject(r);
-    return 0;
+    return rc;
 }
 
 static int redis_history_lost(lease_store *base, const char *key,
@@ -1105,6 +1574,7 @@ static int redis_history_lost(lease_store *base, const char *key,
     redisReply *r;
     int rc;
 
+    redis_begin(s);
     key_of(hk, sizeof(hk), s, "", key, ":history");
     key_of(lk, sizeof(lk), s, "", key, ":lease");
     snprintf(tok, sizeof(tok), "%llu", (unsigned long long)token);
@@ -1112,9 +1582,7 @@ static int redis_history_lost(lease_store *base, const char *key,
         return rc;
     /* 1 marked, 0 nothing to mark (pruned, released, another owner): both
      * are success. */
-    rc = r->type == REDIS_REPLY_INTEGER
-             ? 0
-             : lease__seterr(LEASE_ESTORE, "redis history lost: odd reply");
+    rc = redis_flag(r) < 0 ? redis_odd("history lost", "not the integer 0 or 1") : 0;
     freeReplyObject(r);
     return rc;
 }
@@ -1123,9 +1591,8 @@ static int redis_set_timeout(lease_store *base, uint64_t timeout_ms)
 {
     redis_store *s = (redis_store *)base;
 
+    /* Read by each call's redis_begin. */
     s->timeout_ms = timeout_ms;
-    if (s->ctx)
-        redisSetTimeout(s->ctx, tv_ms(timeout_ms));
     return 0;
 }
 
@@ -1139,6 +1606,8 @@ static void redis_close(lease_store *base)
     drop_sub(s);
     free(s->user);
     if (s->password) {
+        if (s->password_from_file)
+            lease__secret_release(s->password);
         memset(s->password, 0, strlen(s->password));
         free(s->password);
     }
@@ -1172,13 +1641,14 @@ static int parse_url(redis_store *s, const lease__url *u)
     s->port = 6379;
     if (colon) {
         long p = strtol(colon + 1, &end, 10);
-        if (*end != '\0' || p < 1 || p > 65535)
+        if (!isdigit((unsigned char)colon[1]) || *end != '\0' || p < 1 || p > 65535)
             return lease__seterr(LEASE_EINVALID, "bad port in the redis URL");
         s->port = (int)p;
     }
     if (u->path[0] && strcmp(u->path, "/") != 0) {
         long db = strtol(u->path + 1, &end, 10);
-        if (*end != '\0' || db < 0 || db > 1000000)
+        if (!isdigit((unsigned char)u->path[1]) || *end != '\0' || db < 0 ||
+            db > 1000000)
             return lease__seterr(LEASE_EINVALID, "redis database must be a number");
         s->db = (int)db;
     }
@@ -1203,6 +1673,11 @@ static int parse_url(redis_store *s, const lease__url *u)
             if (lease_parse_duration(&s->wait_timeout_ms, v) < 0 || s->wait_timeout_ms == 0)
                 return lease__seterr(LEASE_EINVALID,
                                      "wait_timeout= must be a duration, e.g. 100ms");
+        } else if (strcmp(name, "password_file") == 0) {
+            int rc = lease__read_password_file(&s->password, "redis", v);
+            if (rc < 0)
+                return rc;
+            s->password_from_file = 1;
         } else {
             return lease__seterr(LEASE_EINVALID, "unknown redis URL parameter '%s'",
                                  name);
@@ -1231,6 +1706,7 @@ static int redis_open(lease_store **out, const char *url, uint64_t timeout_ms)
     /* Messages during open name the URL: the core sets this field after
      * open returns, so keep a redacted copy until then. */
     s->parent.url_redacted = lease__url_redact(url);
+    redis_begin(s);
     if (rc == 0)
         rc = ensure(s);
     free(s->parent.url_redacted);

@@ -198,12 +198,15 @@ assert_eq "$(jget "$OUT" '[.[] | select(.ended == "released" and .ended_ms >= .a
     "cycles: every grant released, after it was granted"
 
 section "(c) leases that expired while the server was down"
-call "$LEASE" --store "$S" acquire short --ttl 300ms --label short --json
-expect_rc 0 "acquire short --ttl 300ms"
+# Short leases, but long enough to stay held across the few calls below
+# on a loaded machine (300 ms was not).
+SHORT=1500
+call "$LEASE" --store "$S" acquire short --ttl ${SHORT}ms --label short --json
+expect_rc 0 "acquire short --ttl ${SHORT}ms"
 tok=$(jget "$OUT" .token)
 sowner=$(jget "$OUT" .owner)
-call "$LEASE" --store "$S" acquire late --ttl 300ms --label late --json
-expect_rc 0 "acquire late --ttl 300ms"
+call "$LEASE" --store "$S" acquire late --ttl ${SHORT}ms --label late --json
+expect_rc 0 "acquire late --ttl ${SHORT}ms"
 ltok=$(jget "$OUT" .token)
 lowner=$(jget "$OUT" .owner)
 history_of short
@@ -215,7 +218,7 @@ lacq=$(jget "$OUT" '.[0].acquired_ms')
 redis_stop srv
 # Longer than the ttls, on the server's clock (this host's): with the
 # server down, the leases can only have expired.
-wait_wall_past $(($(max2 "$sacq" "$lacq") + 300 + 50))
+wait_wall_past $(($(max2 "$sacq" "$lacq") + SHORT + 50))
 redis_restart srv || die "restart for (c)"
 call "$LEASE" --store "$S" show short --json
 expect_rc 0 "show short after the restart"
@@ -223,7 +226,7 @@ assert_ne "$(jget "$OUT" .state)" held "a lease whose ttl ran out during the dow
 assert_eq "$(jget "$OUT" .token)" "$tok" "the expired lease's token is still the counter"
 history_of short
 assert_eq "$(hsum)" "$tok $sowner expired short" "history of short after the restart: expired"
-assert_eq "$(jget "$OUT" '.[0] | "\(.acquired_ms) \(.ttl_ms) \(.ended_ms)"')" "$sacq 300 $((sacq + 300))" \
+assert_eq "$(jget "$OUT" '.[0] | "\(.acquired_ms) \(.ttl_ms) \(.ended_ms)"')" "$sacq $SHORT $((sacq + SHORT))" \
     "short: same grant time and ttl, ended at its recorded expiry (acquired + ttl)"
 call "$LEASE" --store "$S" acquire short --ttl 60s --label "short again" --json
 expect_rc 0 "acquire short after its expiry"
@@ -233,7 +236,7 @@ assert_gt "$tok2" "$tok" "the next token is greater"
 history_of short
 assert_eq "$(hsum)" "$tok2 $owner2 held short again|$tok $sowner expired short" \
     "history of short after the next grant"
-assert_eq "$(jget "$OUT" '.[1].ended_ms')" "$((sacq + 300))" \
+assert_eq "$(jget "$OUT" '.[1].ended_ms')" "$((sacq + SHORT))" \
     "short: the next grant recorded the same expiry"
 
 # The holder of late comes back after the restart: its renew is refused,
@@ -244,7 +247,7 @@ call "$LEASE" --store "$S" renew late --owner "$lowner" --token "$ltok" --ttl 60
 expect_error 4 "late: renew after the restart, past the ttl"
 history_of late
 assert_eq "$(hsum)" "$ltok $lowner lost late" "history of late after the refused renew: lost"
-assert_eq "$(jget "$OUT" '.[0] | "\(.acquired_ms) \(.ttl_ms) \(.ended_ms)"')" "$lacq 300 $((lacq + 300))" \
+assert_eq "$(jget "$OUT" '.[0] | "\(.acquired_ms) \(.ttl_ms) \(.ended_ms)"')" "$lacq $SHORT $((lacq + SHORT))" \
     "late: lost at its recorded expiry (acquired + ttl)"
 call "$LEASE" --store "$S" release late --owner "$lowner" --token "$ltok"
 expect_error 4 "late: release by the stale holder"
@@ -256,7 +259,7 @@ assert_gt "$ltok2" "$ltok" "late: the next token is greater"
 history_of late
 assert_eq "$(hsum)" "$ltok2 $lowner2 held late again|$ltok $lowner lost late" \
     "history of late after the next grant: the loss stays"
-assert_eq "$(jget "$OUT" '.[1].ended_ms')" "$((lacq + 300))" "late: the loss keeps its time"
+assert_eq "$(jget "$OUT" '.[1].ended_ms')" "$((lacq + SHORT))" "late: the loss keeps its time"
 
 section "(d) a running holder across a restart"
 # lease run keeps its connection open and renews every ttl/3: a restart
@@ -325,8 +328,8 @@ call "$LEASE" --store "$S" acquire ends --ttl 60s --label "$LABEL_ODD" --json
 expect_rc 0 "ends: acquire current"
 e4_tok=$(jget "$OUT" .token)
 e4_owner=$(jget "$OUT" .owner)
-call "$LEASE" --store "$S" acquire down --ttl 300ms --label down --json
-expect_rc 0 "down: acquire --ttl 300ms"
+call "$LEASE" --store "$S" acquire down --ttl ${SHORT}ms --label down --json
+expect_rc 0 "down: acquire --ttl ${SHORT}ms"
 d_tok=$(jget "$OUT" .token)
 d_owner=$(jget "$OUT" .owner)
 
@@ -349,7 +352,7 @@ redis_kill9 srv
 if rcli srv ping >/dev/null 2>&1; then
     fail "(e): the server still answers after kill -9"
 fi
-wait_wall_past $((d_acq + 300 + 50))
+wait_wall_past $((d_acq + SHORT + 50))
 redis_restart srv || die "restart for (e)"
 up_ms=$(wall_ms)
 
@@ -359,7 +362,7 @@ history_of down
 assert_eq "$(hsum)" "$d_tok $d_owner expired down" "down: held at the kill, expired during the downtime"
 assert_eq "$(jget "$OUT" '.[0] | del(.ended, .ended_at, .ended_ms) | tojson')" \
     "$(jget "$d_before" '.[0] | del(.ended, .ended_at, .ended_ms) | tojson')" "down: the same grant"
-assert_eq "$(jget "$OUT" '.[0].ended_ms')" "$((d_acq + 300))" "down: ended at its recorded expiry"
+assert_eq "$(jget "$OUT" '.[0].ended_ms')" "$((d_acq + SHORT))" "down: ended at its recorded expiry"
 
 # The current holder still holds; its release and the next grant are
 # recorded above what was there.

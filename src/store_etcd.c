@@ -1,9 +1,18 @@
 /*
  * store_etcd.c - etcd v3, through its JSON gateway (libcurl + jansson).
  *
- * URL: etcd://host:port[,host:port...][/prefix] (etcds:// for TLS)
+ * URL: etcd://[user[:password]@]host:port[,host:port...][/prefix]
+ *   (etcds:// for TLS)
  *   parameters for etcds: cacert=FILE, cert=FILE, key=FILE
+ *   password_file=FILE: the user's password, from a file only its owner
+ *   may read (chmod 600), so that it stays out of argv; one trailing
+ *   newline is not part of it
  *   the prefix defaults to /lease/
+ *   Proxies from the environment (http_proxy ...) are never used.
+ *
+ * With a user, the store authenticates (/v3/auth/authenticate) at open and
+ * sends the token with every request; a token that expired is renewed
+ * once and the request sent again (etcd refuses it before applying it).
  *
  * Key layout under the prefix P (K a lease key, R a resource, N a name):
  *   P lease/K      value: the owner; attached to an etcd lease with the ttl.
@@ -48,11 +57,17 @@
  * LEASE_ESTORE: authority uncertain, never success.
  */
 #define _GNU_SOURCE /* asprintf */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <curl/curl.h>
 #include <jansson.h>
 
@@ -72,22 +87,32 @@
 typedef struct {
     lease_store parent;
     CURL *curl;
+    CURLM *multi;                   /* runs s->curl: see etcd_multi_new */
     char *endpoints[MAX_ENDPOINTS]; /* "http://host:port" */
     int nendpoints;
     int current;                    /* the endpoint that last answered */
     char *prefix;
     size_t prefix_len;
     char *cacert, *cert, *key;
+    char *user, *password;          /* etcd's auth, NULL without */
+    int password_from_file;         /* held with lease__secret_hold */
+    char *token;                    /* etcd's auth token, NULL without */
+    int auth_refused;               /* the last answer: invalid token */
     uint64_t timeout_ms;
+    int64_t end_ns;                 /* the current operation's deadline */
     int64_t last_revision;          /* from the last busy acquire: watch from here */
 } etcd_store;
+
+/* A malformed answer, said the same way everywhere. */
+#define etcd_malformed(what, ...) \
+    lease__seterr(LEASE_ESTORE, "etcd " what ": malformed answer: " __VA_ARGS__)
 
 /* ---- base64 (etcd's JSON carries keys and values as base64) ------------ */
 
 static const char b64[] =
     "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 
-static char *b64_encode(const void *data, size_t n)
+static char *etcd_b64_encode(const void *data, size_t n)
 {
     const unsigned char *p = data;
     char *out = malloc(4 * ((n + 2) / 3) + 1), *o = out;
@@ -117,7 +142,7 @@ static char *b64_encode(const void *data, size_t n)
 }
 
 /* Decode into a NUL-terminated buffer; NULL on bad input. */
-static char *b64_decode(const char *in, size_t *len)
+static char *etcd_b64_decode(const char *in, size_t *len)
 {
     size_t n = strlen(in), o = 0;
     char *out = malloc(n / 4 * 3 + 4);
@@ -147,9 +172,25 @@ static char *b64_decode(const char *in, size_t *len)
 
 /* ---- requests --------------------------------------------------------- */
 
+/*
+ * The largest answer read into memory: past it the transfer is aborted, so
+ * a broken or hostile member cannot grow the holder's memory without bound
+ * (a 64 MB body once took the RSS to 182 MB). etcd caps a request at
+ * 1.5 MiB by default (--max-request-bytes), so an answer about one key is
+ * far below ANSWER_MAX; a list over a whole prefix is bigger (about 1 KiB
+ * a key), and a guarded value may be up to 64 MiB, 4/3 of that as base64.
+ */
+#define ANSWER_MAX ((size_t)4 << 20)
+#define LIST_ANSWER_MAX ((size_t)32 << 20)
+/* Descriptors looked at for libcurl's own (see etcd_multi_new). */
+#define ETCD_FD_SCAN 65536
+#define DATA_ANSWER_MAX (((size_t)64 << 20) / 3 * 4 + ((size_t)1 << 20))
+
 typedef struct {
     char *data;
     size_t len, cap;
+    size_t max;     /* the cap of what is held at once; 0: ANSWER_MAX */
+    int too_large;
     /* Watch streams: stop once this returns non-zero for a message. */
     int (*on_message)(json_t *msg, void *arg);
     void *arg;
@@ -157,15 +198,50 @@ typedef struct {
     size_t scanned;
 } body;
 
-static size_t on_data(char *ptr, size_t size, size_t nmemb, void *userdata)
+/* Read the complete lines of a watch stream; 1 to stop the transfer. */
+static int etcd_stream_lines(body *b)
+{
+    char *nl;
+
+    while ((nl = memchr(b->data + b->scanned, '\n', b->len - b->scanned))) {
+        json_t *msg = json_loadb(b->data + b->scanned,
+                                 (size_t)(nl - b->data - b->scanned), 0, NULL);
+        b->scanned = (size_t)(nl - b->data) + 1;
+        if (msg) {
+            int stop = b->on_message(msg, b->arg);
+            json_decref(msg);
+            if (stop) {
+                b->stop = stop;
+                return 1;
+            }
+        }
+    }
+    return 0;
+}
+
+static size_t etcd_on_data(char *ptr, size_t size, size_t nmemb, void *userdata)
 {
     body *b = userdata;
-    size_t n = size * nmemb;
+    size_t n = size * nmemb, max = b->max ? b->max : ANSWER_MAX;
 
+    if (b->on_message && b->scanned > 0) {
+        /* A stream keeps only what it has not read yet: the cap is then
+         * on one message, not on the life of the watch. */
+        memmove(b->data, b->data + b->scanned, b->len - b->scanned);
+        b->len -= b->scanned;
+        b->scanned = 0;
+    }
+    if (n > max || b->len > max - n) {
+        b->too_large = 1;
+        return 0; /* abort the transfer */
+    }
     if (b->len + n + 1 > b->cap) {
         size_t cap = (b->len + n + 1) * 2;
-        char *p = realloc(b->data, cap);
-        if (p == NULL)
+        char *p;
+
+        if (cap > max + 1)
+            cap = max + 1;
+        if ((p = realloc(b->data, cap)) == NULL)
             return 0;
         b->data = p;
         b->cap = cap;
@@ -173,101 +249,283 @@ static size_t on_data(char *ptr, size_t size, size_t nmemb, void *userdata)
     memcpy(b->data + b->len, ptr, n);
     b->len += n;
     b->data[b->len] = '\0';
-    if (b->on_message) {
-        /* A stream of JSON objects, one per line. */
-        char *nl;
-        while ((nl = memchr(b->data + b->scanned, '\n', b->len - b->scanned))) {
-            json_t *msg = json_loadb(b->data + b->scanned,
-                                     (size_t)(nl - b->data - b->scanned), 0, NULL);
-            b->scanned = (size_t)(nl - b->data) + 1;
-            if (msg) {
-                int stop = b->on_message(msg, b->arg);
-                json_decref(msg);
-                if (stop) {
-                    b->stop = stop;
-                    return 0; /* abort the transfer */
-                }
+    if (b->on_message && etcd_stream_lines(b))
+        return 0; /* abort the transfer */
+    return n;
+}
+
+/* libcurl's sockets are made close-on-exec from the start (no window
+ * between socket() and fcntl()): a child of `lease run` must not inherit
+ * the store's connection and write on it. */
+static curl_socket_t etcd_open_socket(void *clientp, curlsocktype purpose,
+                                      struct curl_sockaddr *addr)
+{
+    (void)clientp;
+    (void)purpose;
+    return socket(addr->family, addr->socktype | SOCK_CLOEXEC, addr->protocol);
+}
+
+/*
+ * The fds in /proc/self/fd, as a bitmap of `*n` bytes (NULL if unreadable).
+ */
+static unsigned char *etcd_fd_snapshot(size_t *n)
+{
+    DIR *d = opendir("/proc/self/fd");
+    unsigned char *map = calloc(ETCD_FD_SCAN / 8, 1);
+    struct dirent *e;
+
+    *n = ETCD_FD_SCAN / 8;
+    while (d && map && (e = readdir(d)) != NULL) {
+        long fd = strtol(e->d_name, NULL, 10);
+
+        /* The directory's own descriptor is closed again below. */
+        if (e->d_name[0] >= '0' && e->d_name[0] <= '9' && fd >= 0 && fd < ETCD_FD_SCAN &&
+            fd != dirfd(d))
+            map[fd / 8] |= (unsigned char)(1u << (fd % 8));
+    }
+    if (d)
+        closedir(d);
+    return map;
+}
+
+/*
+ * A multi handle whose descriptors are close-on-exec. libcurl 7.x makes a
+ * socketpair in every multi handle (its "wakeup" pair, also made inside
+ * curl_easy_perform) without SOCK_CLOEXEC, and no option reaches it: so
+ * the store makes its own multi handle once, and marks the Unix sockets
+ * that appeared while curl_multi_init ran. (Another thread creating a Unix
+ * socket without close-on-exec at that very moment would get the flag
+ * too; none in this library or the CLI does.)
+ */
+static CURLM *etcd_multi_new(void)
+{
+    size_t n, i;
+    unsigned char *before = etcd_fd_snapshot(&n), *after;
+    CURLM *m = curl_multi_init();
+
+    after = etcd_fd_snapshot(&n);
+    for (i = 0; m && before && after && i < n * 8; i++) {
+        int fd = (int)i, domain = 0, flags;
+        socklen_t len = sizeof(domain);
+
+        if (!(after[i / 8] & (1u << (i % 8))) || (before[i / 8] & (1u << (i % 8))))
+            continue;
+        if (getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &len) == 0 &&
+            domain == AF_UNIX && (flags = fcntl(fd, F_GETFD)) >= 0)
+            fcntl(fd, F_SETFD, flags | FD_CLOEXEC);
+    }
+    free(before);
+    free(after);
+    return m;
+}
+
+/* curl_easy_perform, on the store's own multi handle. curl ends the
+ * transfer at CURLOPT_TIMEOUT_MS; `hard_end` only guards this loop. */
+static CURLcode etcd_multi_perform(etcd_store *s, int64_t hard_end)
+{
+    CURLcode result = CURLE_OPERATION_TIMEDOUT;
+    int running = 1, done = 0, left;
+
+    if (curl_multi_add_handle(s->multi, s->curl) != CURLM_OK)
+        return CURLE_FAILED_INIT;
+    while (!done && lease_clock_ns() < hard_end) {
+        CURLMsg *msg;
+        CURLMcode mc = curl_multi_perform(s->multi, &running);
+
+        while ((msg = curl_multi_info_read(s->multi, &left)) != NULL)
+            if (msg->msg == CURLMSG_DONE && msg->easy_handle == s->curl) {
+                result = msg->data.result;
+                done = 1;
             }
+        if (mc != CURLM_OK) {
+            result = CURLE_FAILED_INIT;
+            break;
+        }
+        if (!done && curl_multi_poll(s->multi, NULL, 0, 100, NULL) != CURLM_OK) {
+            result = CURLE_FAILED_INIT;
+            break;
         }
     }
-    return n;
+    curl_multi_remove_handle(s->multi, s->curl);
+    return result;
 }
 
 /* Did the request fail before anything was sent? Only then may it go to
  * another member: anything later may have been applied. */
-static int not_sent(CURLcode c)
+static int etcd_not_sent(CURLcode c)
 {
     return c == CURLE_COULDNT_CONNECT || c == CURLE_COULDNT_RESOLVE_HOST ||
            c == CURLE_SSL_CONNECT_ERROR;
 }
 
+/* The options of one request; curl_easy_reset() clears them all. */
+static void etcd_setopts(etcd_store *s, const char *url, struct curl_slist *hdr,
+                         const char *payload, body *b, int64_t left_ms,
+                         int64_t connect_ms)
+{
+    CURL *c = s->curl;
+
+    curl_easy_reset(c);
+    curl_easy_setopt(c, CURLOPT_URL, url);
+    curl_easy_setopt(c, CURLOPT_HTTPHEADER, hdr);
+    curl_easy_setopt(c, CURLOPT_POSTFIELDS, payload);
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, etcd_on_data);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, b);
+    curl_easy_setopt(c, CURLOPT_OPENSOCKETFUNCTION, etcd_open_socket);
+    /* The whole request, connect included, within what is left of the
+     * call's own deadline. */
+    curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, (long)left_ms);
+    curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, (long)connect_ms);
+    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
+    curl_easy_setopt(c, CURLOPT_MAXFILESIZE_LARGE,
+                     (curl_off_t)(b->max ? b->max : ANSWER_MAX));
+    /* The cluster is reached directly: http_proxy, https_proxy and
+     * ALL_PROXY in the environment are for the user's web traffic, and a
+     * proxy would see every owner and token (and could answer for etcd). */
+    curl_easy_setopt(c, CURLOPT_PROXY, "");
+    if (s->cacert)
+        curl_easy_setopt(c, CURLOPT_CAINFO, s->cacert);
+    if (s->cert)
+        curl_easy_setopt(c, CURLOPT_SSLCERT, s->cert);
+    if (s->key)
+        curl_easy_setopt(c, CURLOPT_SSLKEY, s->key);
+}
+
+/* One request to member idx; *sent tells whether any of it may have
+ * reached the member (then it may have been applied). */
+static CURLcode etcd_perform(int *sent, etcd_store *s, int idx, const char *path,
+                             const char *payload, body *b, int64_t left_ms,
+                             int tries_left)
+{
+    char url[512], *auth = NULL;
+    struct curl_slist *hdr = curl_slist_append(NULL, "Content-Type: application/json");
+    long request_size = 0;
+    CURLcode cc;
+
+    if (hdr && s->token && strcmp(path, "/v3/auth/authenticate") != 0) {
+        struct curl_slist *h = NULL;
+
+        if (asprintf(&auth, "Authorization: %s", s->token) >= 0)
+            h = curl_slist_append(hdr, auth);
+        free(auth);
+        if (h == NULL) {
+            curl_slist_free_all(hdr);
+            hdr = NULL;
+        }
+    }
+    if (hdr == NULL)
+        return CURLE_OUT_OF_MEMORY;
+    snprintf(url, sizeof(url), "%s%s", s->endpoints[idx], path);
+    /* Leave time for the other members when one does not connect. */
+    etcd_setopts(s, url, hdr, payload, b, left_ms, left_ms / tries_left + 1);
+    b->len = 0;
+    b->scanned = 0;
+    b->too_large = 0;
+    cc = etcd_multi_perform(s, lease_clock_ns() + (left_ms + 2000) * 1000000);
+    curl_slist_free_all(hdr);
+    /* A member that is down drops the connection attempt instead of
+     * refusing it. Whether a timeout came before anything was sent is
+     * told by the bytes of request sent, not by the connect time, which
+     * is 0 on a reused keep-alive connection too. */
+    curl_easy_getinfo(s->curl, CURLINFO_REQUEST_SIZE, &request_size);
+    *sent = !etcd_not_sent(cc) && (cc != CURLE_OPERATION_TIMEDOUT || request_size > 0);
+    return cc;
+}
+
+/* The message of a request that got no answer. */
+static int etcd_failed(etcd_store *s, CURLcode cc, int sent, int idx,
+                       int64_t waited_ms, const body *b, const char *what)
+{
+    const char *url = s->parent.url_redacted ? s->parent.url_redacted : "?";
+
+    if (b->too_large || cc == CURLE_FILESIZE_EXCEEDED)
+        return lease__seterr(LEASE_ESTORE, "etcd %s on %s: answer too large: %s "
+                             "sent more than %zu bytes (the outcome is unknown)",
+                             what, url, s->endpoints[idx],
+                             b->max ? b->max : ANSWER_MAX);
+    if (cc == CURLE_OPERATION_TIMEDOUT && sent)
+        return lease__seterr(LEASE_ESTORE, "etcd %s on %s: timed out after %lld ms "
+                             "waiting for the answer of %s (the outcome is unknown)",
+                             what, url, (long long)waited_ms, s->endpoints[idx]);
+    /* curl_easy_strerror() is a fixed text per code: it never echoes the
+     * URL (and etcd URLs carry no password). */
+    return lease__seterr(LEASE_ESTORE, "etcd %s on %s: %s%s", what, url,
+                         curl_easy_strerror(cc),
+                         sent ? " (the outcome is unknown)" : " (no member reachable)");
+}
+
+/* Type-check what etcd answered (see etcd_check_json, below). */
+static int etcd_check_answer(json_t *j, const char *what);
+
+/* The answer of a request that completed: HTTP status, JSON, types. */
+static int etcd_answer(json_t **out, etcd_store *s, const body *b, const char *what)
+{
+    long status = 0;
+    const char *msg;
+    int rc;
+
+    curl_easy_getinfo(s->curl, CURLINFO_RESPONSE_CODE, &status);
+    *out = b->len ? json_loadb(b->data, b->len, 0, NULL) : NULL;
+    if (status == 200 && json_is_object(*out) && json_object_get(*out, "error") == NULL) {
+        if (etcd_check_answer(*out, what) == 0)
+            return 0;
+        json_decref(*out);
+        *out = NULL;
+        return LEASE_ESTORE;
+    }
+    msg = json_string_value(json_object_get(*out, "error"));
+    if (msg == NULL)
+        msg = json_string_value(json_object_get(*out, "message"));
+    s->auth_refused = status == 401 || (msg && strstr(msg, "invalid auth token"));
+    /* etcd's own message, cut short: it is the server's text, not ours,
+     * and one that repeats the password or the token is not shown. */
+    if (msg && ((s->password && strstr(msg, s->password)) ||
+                (s->token && strstr(msg, s->token))))
+        msg = "(etcd's message is withheld: it holds a credential)";
+    rc = status == 200 && msg == NULL
+             ? lease__seterr(LEASE_ESTORE, "etcd %s: malformed answer: not a JSON object",
+                             what)
+             : lease__seterr(LEASE_ESTORE, "etcd %s: HTTP %ld%s%.200s", what, status,
+                             msg ? ": " : "", msg ? msg : "");
+    json_decref(*out);
+    *out = NULL;
+    return rc;
+}
+
 /*
  * POST `req` to path on the members, starting at the one that last
- * answered. On success *out is the parsed answer. timeout_ms bounds the
- * whole call.
+ * answered, all of it before `end` (lease_clock_ns). On success *out is the
+ * parsed answer, of at most `max` bytes (0: ANSWER_MAX). With `stream`, the
+ * answer is a watch stream read by its callback.
  */
-static int post(json_t **out, etcd_store *s, const char *path, json_t *req,
-                uint64_t timeout_ms, body *stream, const char *what)
+static int etcd_post(json_t **out, etcd_store *s, const char *path, json_t *req,
+                     int64_t end, body *stream, size_t max, const char *what)
 {
     char *payload = json_dumps(req, JSON_COMPACT);
-    int64_t end = lease_clock_ns() + (int64_t)timeout_ms * 1000000;
-    body local = { NULL, 0, 0, NULL, NULL, 0, 0 };
+    body local = { NULL, 0, 0, max, 0, NULL, NULL, 0, 0 };
     body *b = stream ? stream : &local;
-    CURLcode cc = CURLE_COULDNT_CONNECT;
-    long status = 0;
-    int tries, rc;
+    CURLcode cc = CURLE_OPERATION_TIMEDOUT;
+    int64_t t0 = 0;
+    int tries, idx = s->current, sent = 0, attempts = 0, rc;
 
     *out = NULL;
     if (payload == NULL)
         return lease__seterr(LEASE_ENOMEM, "out of memory");
     for (tries = 0; tries < s->nendpoints; tries++) {
-        int idx = (s->current + tries) % s->nendpoints;
-        char url[512];
-        struct curl_slist *hdr = NULL;
         int64_t left = (end - lease_clock_ns()) / 1000000;
 
-        if (left <= 0 && tries > 0)
-            break;
         if (left <= 0)
-            left = 1;
-        snprintf(url, sizeof(url), "%s%s", s->endpoints[idx], path);
-        curl_easy_reset(s->curl);
-        hdr = curl_slist_append(hdr, "Content-Type: application/json");
-        curl_easy_setopt(s->curl, CURLOPT_URL, url);
-        curl_easy_setopt(s->curl, CURLOPT_HTTPHEADER, hdr);
-        curl_easy_setopt(s->curl, CURLOPT_POSTFIELDS, payload);
-        curl_easy_setopt(s->curl, CURLOPT_WRITEFUNCTION, on_data);
-        curl_easy_setopt(s->curl, CURLOPT_WRITEDATA, b);
-        curl_easy_setopt(s->curl, CURLOPT_TIMEOUT_MS, (long)left);
-        /* Leave time for the other members when one does not connect. */
-        curl_easy_setopt(s->curl, CURLOPT_CONNECTTIMEOUT_MS,
-                         (long)(left / (s->nendpoints - tries)) + 1);
-        curl_easy_setopt(s->curl, CURLOPT_NOSIGNAL, 1L);
-        curl_easy_setopt(s->curl, CURLOPT_PROTOCOLS_STR, "http,https");
-        if (s->cacert)
-            curl_easy_setopt(s->curl, CURLOPT_CAINFO, s->cacert);
-        if (s->cert)
-            curl_easy_setopt(s->curl, CURLOPT_SSLCERT, s->cert);
-        if (s->key)
-            curl_easy_setopt(s->curl, CURLOPT_SSLKEY, s->key);
-        b->len = 0;
-        b->scanned = 0;
-        cc = curl_easy_perform(s->curl);
-        curl_slist_free_all(hdr);
-        if (cc == CURLE_OPERATION_TIMEDOUT && !stream) {
-            /* A member that is down drops the connection attempt instead
-             * of refusing it: a timeout before any connection was made
-             * sent nothing, so the next member may have the request. */
-            curl_off_t connected = 0;
-            curl_easy_getinfo(s->curl, CURLINFO_CONNECT_TIME_T, &connected);
-            if (connected == 0)
-                cc = CURLE_COULDNT_CONNECT;
-        }
+            break;
+        idx = (s->current + tries) % s->nendpoints;
+        t0 = lease_clock_ns();
+        attempts++;
+        cc = etcd_perform(&sent, s, idx, path, payload, b, left, s->nendpoints - tries);
         if (cc == CURLE_OK) {
             s->current = idx;
             break;
         }
-        if (!not_sent(cc)) {
+        if (sent) {
             /* Reached but unanswered: the outcome is unknown, and the next
              * request of this handle starts with another member. */
             s->current = (idx + 1) % s->nendpoints;
@@ -277,85 +535,296 @@ static int post(json_t **out, etcd_store *s, const char *path, json_t *req,
     free(payload);
     if (stream && stream->stop)
         return 0; /* the stream's reader got what it waited for */
-    if (stream && cc == CURLE_OPERATION_TIMEDOUT) {
-        free(local.data);
-        return LEASE_ETIMEOUT;
-    }
-    if (cc != CURLE_OK) {
-        rc = lease__seterr(LEASE_ESTORE, "etcd %s on %s: %s%s", what,
-                           s->parent.url_redacted ? s->parent.url_redacted : "?",
-                           curl_easy_strerror(cc),
-                           not_sent(cc) ? " (no member reachable)"
-                                        : " (the outcome is unknown)");
-        free(local.data);
-        return rc;
-    }
-    curl_easy_getinfo(s->curl, CURLINFO_RESPONSE_CODE, &status);
-    *out = b->len ? json_loadb(b->data, b->len, 0, NULL) : NULL;
-    if (status != 200 || *out == NULL || json_object_get(*out, "error")) {
-        const char *msg = *out ? json_string_value(json_object_get(*out, "error")) : NULL;
-        rc = lease__seterr(LEASE_ESTORE, "etcd %s: HTTP %ld%s%s", what, status,
-                           msg ? ": " : "", msg ? msg : "");
-        json_decref(*out);
-        *out = NULL;
-        free(local.data);
-        return rc;
-    }
+    if (attempts == 0)
+        rc = lease__seterr(LEASE_ETIMEOUT, "etcd %s: the call's timeout ran out "
+                           "before this request was sent", what);
+    else if (stream && cc == CURLE_OPERATION_TIMEDOUT && !b->too_large)
+        rc = LEASE_ETIMEOUT;
+    else if (cc != CURLE_OK)
+        rc = etcd_failed(s, cc, sent, idx, (lease_clock_ns() - t0) / 1000000, b, what);
+    else
+        rc = etcd_answer(out, s, b, what);
     free(local.data);
-    return 0;
+    return rc;
 }
 
-static int call(json_t **out, etcd_store *s, const char *path, json_t *req,
-                const char *what)
+/* Each operation of the store is bounded as a whole by the timeout, however
+ * many requests it makes: its first request sets the deadline. */
+static void etcd_begin(etcd_store *s)
+{
+    s->end_ns = lease_clock_ns() + (int64_t)s->timeout_ms * 1000000;
+}
+
+/*
+ * Authenticate as s->user: the token goes with every later request. Within
+ * the current call's deadline. The password is only in the request body,
+ * built by jansson; never in a message.
+ */
+static int etcd_authenticate(etcd_store *s)
+{
+    json_t *req = json_pack("{s:s, s:s}", "name", s->user, "password", s->password);
+    json_t *res = NULL;
+    const char *tok;
+    size_t i, n;
+    int rc;
+
+    free(s->token);
+    s->token = NULL;
+    if (req == NULL)
+        return lease__seterr(LEASE_ENOMEM, "out of memory");
+    rc = etcd_post(&res, s, "/v3/auth/authenticate", req, s->end_ns, NULL, 0,
+                   "authenticate");
+    json_decref(req);
+    if (rc < 0)
+        return rc;
+    tok = json_string_value(json_object_get(res, "token"));
+    n = tok ? strlen(tok) : 0;
+    /* It goes into an HTTP header: printable ASCII only. */
+    for (i = 0; i < n && tok[i] > ' ' && tok[i] < 127; i++)
+        ;
+    if (n == 0 || n > 4096 || i != n)
+        rc = etcd_malformed("authenticate", "the token is missing, longer than 4096 "
+                            "bytes or not printable ASCII");
+    else if ((s->token = strdup(tok)) == NULL)
+        rc = lease__seterr(LEASE_ENOMEM, "out of memory");
+    json_decref(res);
+    return rc;
+}
+
+static int etcd_call_max(json_t **out, etcd_store *s, const char *path, json_t *req,
+                         size_t max, const char *what)
 {
     int rc;
 
     if (req == NULL)
         return lease__seterr(LEASE_ENOMEM, "out of memory");
-    rc = post(out, s, path, req, s->timeout_ms, NULL, what);
+    s->auth_refused = 0;
+    rc = etcd_post(out, s, path, req, s->end_ns, NULL, max, what);
+    /* An expired token: etcd refused the request before applying it, so
+     * it is sent again, once, with a new token. */
+    if (rc == LEASE_ESTORE && s->auth_refused && s->user &&
+        (rc = etcd_authenticate(s)) == 0)
+        rc = etcd_post(out, s, path, req, s->end_ns, NULL, max, what);
     json_decref(req);
     return rc;
 }
 
+static int etcd_call(json_t **out, etcd_store *s, const char *path, json_t *req,
+                     const char *what)
+{
+    return etcd_call_max(out, s, path, req, 0, what);
+}
+
 /* ---- JSON helpers ------------------------------------------------------ */
 
-/* int64 fields come as strings (proto3's JSON mapping), 0 when absent. */
-static int64_t jint(json_t *o, const char *name)
+/* An int64 field: proto3's JSON mapping sends them as strings of digits,
+ * a JSON integer is taken too. 0 and *ok set when it is neither. */
+static int64_t etcd_int_of(json_t *v, int *ok)
 {
-    json_t *v = json_object_get(o, name);
+    const char *t;
+    char *end;
+    long long x;
 
-    if (json_is_string(v))
-        return strtoll(json_string_value(v), NULL, 10);
+    *ok = 1;
     if (json_is_integer(v))
         return json_integer_value(v);
+    t = json_string_value(v);
+    if (t && ((*t >= '0' && *t <= '9') || (*t == '-' && t[1] >= '0' && t[1] <= '9')) &&
+        json_string_length(v) <= 20) {
+        errno = 0;
+        x = strtoll(t, &end, 10);
+        if (errno == 0 && *end == '\0')
+            return x;
+    }
+    *ok = 0;
     return 0;
 }
 
-static json_t *jb64(const void *data, size_t n)
+/* int64 fields, 0 when absent (proto3 leaves out zeros). The answer was
+ * type-checked by etcd_check_answer. */
+static int64_t etcd_jint(json_t *o, const char *name)
 {
-    char *e = b64_encode(data, n);
+    json_t *v = json_object_get(o, name);
+    int ok;
+
+    return v ? etcd_int_of(v, &ok) : 0;
+}
+
+static int etcd_in(const char *const *names, const char *name)
+{
+    for (; *names; names++)
+        if (strcmp(*names, name) == 0)
+            return 1;
+    return 0;
+}
+
+/* Is `t` (n bytes) base64 as etcd writes it: padded to whole quads? */
+static int etcd_b64_valid(const char *t, size_t n)
+{
+    size_t i, pads = 0;
+
+    if (n % 4 != 0)
+        return 0;
+    for (i = 0; i < n; i++) {
+        if (t[i] == '=' && i + 2 >= n)
+            pads++;
+        else if (pads || t[i] == '\0' || t[i] == '=' || strchr(b64, t[i]) == NULL)
+            return 0;
+    }
+    return !(pads == 1 && t[n - 1] != '=');
+}
+
+/* The fields this store reads, by the JSON type etcd gives them. */
+static const char *const etcd_int_fields[] = {
+    "revision", "create_revision", "mod_revision", "version", "lease", "count",
+    "ID", "TTL", "grantedTTL", NULL
+};
+static const char *const etcd_b64_fields[] = { "key", "value", NULL };
+static const char *const etcd_list_fields[] = { "kvs", "responses", "events", NULL };
+static const char *const etcd_object_fields[] = {
+    "header", "result", "response_range", "response_put", "response_delete_range",
+    "kv", "prev_kv", NULL
+};
+
+/* What is wrong with field `name` holding `v`, or NULL. */
+static const char *etcd_field_problem(const char *name, json_t *v)
+{
+    int ok = 1;
+    size_t i;
+
+    if (etcd_in(etcd_int_fields, name)) {
+        etcd_int_of(v, &ok);
+        return ok ? NULL : "is not a 64-bit integer";
+    }
+    if (etcd_in(etcd_b64_fields, name))
+        return json_is_string(v) && etcd_b64_valid(json_string_value(v), json_string_length(v))
+                   ? NULL
+                   : "is not base64 text";
+    if (etcd_in(etcd_object_fields, name))
+        return json_is_object(v) ? NULL : "is not an object";
+    if (strcmp(name, "succeeded") == 0 || strcmp(name, "more") == 0)
+        return json_is_boolean(v) ? NULL : "is not true or false";
+    if (!etcd_in(etcd_list_fields, name))
+        return NULL;
+    if (!json_is_array(v))
+        return "is not an array";
+    for (i = 0; i < json_array_size(v); i++)
+        if (!json_is_object(json_array_get(v, i)))
+            return "holds something that is not an object";
+    return NULL;
+}
+
+/* Walk the answer; `bad` gets what is wrong with the first bad field. */
+static int etcd_check_json(json_t *j, int depth, char *bad, size_t size)
+{
+    const char *name, *problem;
+    json_t *v;
+    size_t i;
+
+    if (depth > 16) {
+        snprintf(bad, size, "nested more than 16 deep");
+        return -1;
+    }
+    if (json_is_array(j)) {
+        for (i = 0; i < json_array_size(j); i++)
+            if (etcd_check_json(json_array_get(j, i), depth + 1, bad, size) < 0)
+                return -1;
+        return 0;
+    }
+    json_object_foreach(j, name, v) {
+        if ((problem = etcd_field_problem(name, v)) != NULL) {
+            /* The name is one of ours: the lists above. */
+            snprintf(bad, size, "field '%s' %s", name, problem);
+            return -1;
+        }
+        if (etcd_check_json(v, depth + 1, bad, size) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+static int etcd_check_answer(json_t *j, const char *what)
+{
+    char bad[128];
+
+    if (etcd_check_json(j, 0, bad, sizeof(bad)) < 0)
+        return lease__seterr(LEASE_ESTORE, "etcd %s: malformed answer: %s", what, bad);
+    return 0;
+}
+
+
+/* A revision that is used as a token: 1 .. 2^63-1 (a revision is an int64;
+ * etcd's first is 1). */
+static int etcd_token_field(uint64_t *out, json_t *o, const char *name,
+                            const char *what)
+{
+    int64_t v = etcd_jint(o, name);
+
+    if (v <= 0)
+        return lease__seterr(LEASE_ESTORE, "etcd %s: malformed answer: %s %lld is "
+                             "not a token (1 .. 2^63-1)", what, name, (long long)v);
+    *out = (uint64_t)v;
+    return 0;
+}
+
+/* A decimal token we wrote as text (a mark, a datatok/ value, a marker's
+ * name): 1 .. 2^63-1, digits only. */
+static int etcd_token_text(uint64_t *out, const char *text, size_t n)
+{
+    uint64_t v = 0;
+    size_t i;
+
+    if (text == NULL || n == 0 || n > PAD)
+        return -1;
+    for (i = 0; i < n; i++) {
+        uint64_t d = (uint64_t)(text[i] - '0');
+
+        if (text[i] < '0' || text[i] > '9' || v > (LEASE__TOKEN_MAX - d) / 10)
+            return -1;
+        v = v * 10 + d;
+    }
+    if (v == 0 || v > LEASE__TOKEN_MAX)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+/* The greatest ttl, in seconds, an etcd lease of this store may report:
+ * the store's cap, or etcd's own minimum ttl (3/2 of an election timeout,
+ * at most 50 s) when that is more. Anything above is not an answer. */
+static int64_t etcd_ttl_max_s(const etcd_store *s)
+{
+    int64_t cap = (int64_t)((s->parent.ttl_max_ms ? s->parent.ttl_max_ms
+                                                  : LEASE_TTL_MAX_DEFAULT_MS) / 1000) + 1;
+
+    return cap > 75 ? cap : 75;
+}
+
+static json_t *etcd_jb64(const void *data, size_t n)
+{
+    char *e = etcd_b64_encode(data, n);
     json_t *j = e ? json_string(e) : NULL;
 
     free(e);
     return j;
 }
 
-static json_t *jstr64(const char *s)
+static json_t *etcd_jstr64(const char *s)
 {
-    return jb64(s, strlen(s));
+    return etcd_jb64(s, strlen(s));
 }
 
 /* The prefixed key "<prefix><kind><name>" as base64. */
-static json_t *jkey(etcd_store *s, const char *kind, const char *name)
+static json_t *etcd_jkey(etcd_store *s, const char *kind, const char *name)
 {
     char buf[512 + LEASE_KEY_MAX];
 
     snprintf(buf, sizeof(buf), "%s%s%s", s->prefix, kind, name);
-    return jstr64(buf);
+    return etcd_jstr64(buf);
 }
 
 /* The end of the range of keys starting with "<prefix><kind><name>". */
-static json_t *jrange_end(etcd_store *s, const char *kind, const char *name)
+static json_t *etcd_jrange_end(etcd_store *s, const char *kind, const char *name)
 {
     char buf[512 + LEASE_KEY_MAX];
     size_t n = (size_t)snprintf(buf, sizeof(buf), "%s%s%s", s->prefix, kind, name);
@@ -364,43 +833,43 @@ static json_t *jrange_end(etcd_store *s, const char *kind, const char *name)
     while (n > 0 && (unsigned char)buf[n - 1] == 0xff)
         n--;
     if (n == 0)
-        return jstr64("\0");
+        return etcd_jstr64("\0");
     buf[n - 1] = (char)((unsigned char)buf[n - 1] + 1);
-    return jb64(buf, n);
+    return etcd_jb64(buf, n);
 }
 
-static char *kv_value(json_t *kv, size_t *len)
+static char *etcd_kv_value(json_t *kv, size_t *len)
 {
     const char *v = json_string_value(json_object_get(kv, "value"));
 
-    return b64_decode(v ? v : "", len);
+    return etcd_b64_decode(v ? v : "", len);
 }
 
 /* The kvs[0] of the i-th response of a txn, NULL if none. */
 /* The kvs of the i-th response of a txn (a range's), or NULL. */
-static json_t *txn_kvs(json_t *txn, size_t i)
+static json_t *etcd_txn_kvs(json_t *txn, size_t i)
 {
     json_t *r = json_array_get(json_object_get(txn, "responses"), i);
 
     return json_object_get(json_object_get(r, "response_range"), "kvs");
 }
 
-static json_t *txn_kv(json_t *txn, size_t i)
+static json_t *etcd_txn_kv(json_t *txn, size_t i)
 {
-    return json_array_get(txn_kvs(txn, i), 0);
+    return json_array_get(etcd_txn_kvs(txn, i), 0);
 }
 
-static int txn_ok(json_t *txn)
+static int etcd_txn_ok(json_t *txn)
 {
     return json_is_true(json_object_get(txn, "succeeded"));
 }
 
-static json_t *op_range(json_t *key)
+static json_t *etcd_op_range(json_t *key)
 {
     return json_pack("{s:{s:o}}", "request_range", "key", key);
 }
 
-static json_t *op_put(json_t *key, json_t *value, int64_t lease)
+static json_t *etcd_op_put(json_t *key, json_t *value, int64_t lease)
 {
     json_t *p = json_pack("{s:o, s:o}", "key", key, "value", value);
 
@@ -409,13 +878,13 @@ static json_t *op_put(json_t *key, json_t *value, int64_t lease)
     return json_pack("{s:o}", "request_put", p);
 }
 
-static json_t *op_delete(json_t *key)
+static json_t *etcd_op_delete(json_t *key)
 {
     return json_pack("{s:{s:o}}", "request_delete_range", "key", key);
 }
 
-static json_t *cmp(json_t *key, const char *target, const char *result,
-                   const char *field, json_t *value)
+static json_t *etcd_cmp(json_t *key, const char *target, const char *result,
+                        const char *field, json_t *value)
 {
     return json_pack("{s:o, s:s, s:s, s:o}", "key", key, "target", target,
                      "result", result, field, value);
@@ -424,17 +893,17 @@ static json_t *cmp(json_t *key, const char *target, const char *result,
 /* The compares of "(key, owner, token) is the current lease": the key was
  * created at `token` (an expired or released key is gone) and holds this
  * owner. Every write on behalf of a holder is guarded by them. */
-static json_t *is_holder(etcd_store *s, const char *key, const char *owner,
-                         uint64_t token)
+static json_t *etcd_is_holder(etcd_store *s, const char *key, const char *owner,
+                              uint64_t token)
 {
     return json_pack("[o, o]",
-                     cmp(jkey(s, "lease/", key), "CREATE", "EQUAL", "create_revision",
+                     etcd_cmp(etcd_jkey(s, "lease/", key), "CREATE", "EQUAL", "create_revision",
                          json_integer((json_int_t)token)),
-                     cmp(jkey(s, "lease/", key), "VALUE", "EQUAL", "value",
-                         jstr64(owner)));
+                     etcd_cmp(etcd_jkey(s, "lease/", key), "VALUE", "EQUAL", "value",
+                         etcd_jstr64(owner)));
 }
 
-static void pad(char out[PAD + 1], uint64_t v)
+static void etcd_pad(char out[PAD + 1], uint64_t v)
 {
     snprintf(out, PAD + 1, "%0*llu", PAD, (unsigned long long)v);
 }
@@ -443,13 +912,13 @@ static void pad(char out[PAD + 1], uint64_t v)
 
 /* "<len>/<key>/<suffix>", the name of a history/ or ended/ key of `key`
  * (suffix "" gives the prefix of all of them): see the key layout. */
-static void hist_name(char out[HNAME_SZ], const char *key, const char *suffix)
+static void etcd_hist_name(char out[HNAME_SZ], const char *key, const char *suffix)
 {
     snprintf(out, HNAME_SZ, "%03zu/%s/%s", strlen(key), key, suffix);
 }
 
 /* The client's wall clock in ms: the KV API has no server time. */
-static int64_t wall_ms(void)
+static int64_t etcd_wall_ms(void)
 {
     struct timespec ts;
 
@@ -459,17 +928,17 @@ static int64_t wall_ms(void)
 
 /* The body of a range request over every key starting with
  * "<prefix><kind><name>". */
-static json_t *range_body(etcd_store *s, const char *kind, const char *name)
+static json_t *etcd_range_body(etcd_store *s, const char *kind, const char *name)
 {
-    return json_pack("{s:o, s:o}", "key", jkey(s, kind, name), "range_end",
-                     jrange_end(s, kind, name));
+    return json_pack("{s:o, s:o}", "key", etcd_jkey(s, kind, name), "range_end",
+                     etcd_jrange_end(s, kind, name));
 }
 
-/* A range over the history entries named by `name` (hist_name(.., "")),
+/* A range over the history entries named by `name` (etcd_hist_name(.., "")),
  * in token order: sorted by create_revision, "ASCEND" or "DESCEND". */
-static json_t *history_range(etcd_store *s, const char *name, const char *order)
+static json_t *etcd_history_range(etcd_store *s, const char *name, const char *order)
 {
-    json_t *req = range_body(s, "history/", name);
+    json_t *req = etcd_range_body(s, "history/", name);
 
     if (req) {
         json_object_set_new(req, "sort_order", json_string(order));
@@ -479,93 +948,163 @@ static json_t *history_range(etcd_store *s, const char *name, const char *order)
 }
 
 /* The count of the i-th response of a txn (a range's). */
-static int64_t txn_count(json_t *txn, size_t i)
+static int64_t etcd_txn_count(json_t *txn, size_t i)
 {
     json_t *r = json_array_get(json_object_get(txn, "responses"), i);
 
-    return jint(json_object_get(r, "response_range"), "count");
+    return etcd_jint(json_object_get(r, "response_range"), "count");
 }
 
 /* ---- etcd leases -------------------------------------------------------- */
 
-static int grant(int64_t *id, uint64_t *granted_ms, etcd_store *s, uint64_t ttl_ms)
+/* An etcd lease's TTL (seconds) into ms, when it is within 1 .. the most
+ * this store can have granted. */
+static int etcd_ttl_ms(uint64_t *ms, const etcd_store *s, int64_t ttl, const char *what)
+{
+    if (ttl < 1 || ttl > etcd_ttl_max_s(s))
+        return lease__seterr(LEASE_ESTORE, "etcd %s: malformed answer: TTL %lld s is "
+                             "not within 1 .. %lld s", what, (long long)ttl,
+                             (long long)etcd_ttl_max_s(s));
+    *ms = (uint64_t)ttl * 1000;
+    return 0;
+}
+
+static int etcd_grant(int64_t *id, uint64_t *granted_ms, etcd_store *s, uint64_t ttl_ms)
 {
     json_t *res;
     int rc;
 
-    rc = call(&res, s, "/v3/lease/grant",
+    rc = etcd_call(&res, s, "/v3/lease/grant",
               json_pack("{s:I}", "TTL", (json_int_t)((ttl_ms + 999) / 1000)), "grant");
     if (rc < 0)
         return rc;
-    *id = jint(res, "ID");
-    *granted_ms = (uint64_t)jint(res, "TTL") * 1000;
+    *id = etcd_jint(res, "ID");
+    rc = etcd_ttl_ms(granted_ms, s, etcd_jint(res, "TTL"), "grant");
     json_decref(res);
-    if (*id == 0 || *granted_ms == 0)
-        return lease__seterr(LEASE_ESTORE, "etcd grant: no lease in the answer");
-    return 0;
+    if (rc == 0 && *id <= 0)
+        rc = etcd_malformed("grant", "lease ID %lld is not a lease (1 .. 2^63-1)",
+                            (long long)*id);
+    return rc;
 }
 
-static void revoke(etcd_store *s, int64_t id)
+/* Best effort, within what is left of the call: an etcd lease left
+ * behind expires by itself. The error of the call it cleans up after is
+ * the one the caller reports, so it is kept. */
+static void etcd_revoke(etcd_store *s, int64_t id)
 {
+    char saved[LEASE__ERRMSG_SIZE];
+    int code = lease_errcode();
     json_t *res = NULL;
 
-    if (call(&res, s, "/v3/lease/revoke", json_pack("{s:I}", "ID", (json_int_t)id),
+    lease__strlcpy(saved, lease_errmsg(), sizeof(saved));
+    if (etcd_call(&res, s, "/v3/lease/revoke", json_pack("{s:I}", "ID", (json_int_t)id),
              "revoke") == 0)
         json_decref(res);
+    else if (code < 0)
+        lease__seterr(code, "%s", saved);
 }
 
 /* Keep-alive; *ttl_ms 0 when the lease is gone. */
-static int keepalive(uint64_t *ttl_ms, etcd_store *s, int64_t id)
+static int etcd_keepalive(uint64_t *ttl_ms, etcd_store *s, int64_t id)
 {
     json_t *res;
-    int rc = call(&res, s, "/v3/lease/keepalive",
+    int64_t ttl;
+    int rc = etcd_call(&res, s, "/v3/lease/keepalive",
                   json_pack("{s:I}", "ID", (json_int_t)id), "keep-alive");
 
     if (rc < 0)
         return rc;
-    *ttl_ms = (uint64_t)jint(json_object_get(res, "result"), "TTL") * 1000;
+    /* etcd answers a lease that is gone with a TTL of 0 (left out). */
+    ttl = etcd_jint(json_object_get(res, "result"), "TTL");
     json_decref(res);
-    return 0;
+    *ttl_ms = 0;
+    return ttl == 0 ? 0 : etcd_ttl_ms(ttl_ms, s, ttl, "keep-alive");
 }
 
-static uint64_t time_left_ms(etcd_store *s, int64_t id)
+/* The time left on etcd lease `id`; 0 when it ran out. */
+static int etcd_time_left_ms(uint64_t *ms, etcd_store *s, int64_t id)
 {
     json_t *res;
     int64_t ttl;
+    int rc;
 
-    if (id == 0 || call(&res, s, "/v3/lease/timetolive",
-                        json_pack("{s:I}", "ID", (json_int_t)id), "time to live") < 0)
-        return 0;
-    ttl = jint(res, "TTL");
+    *ms = 0;
+    if (id <= 0)
+        return etcd_malformed("time to live", "lease %lld is not a lease (1 .. 2^63-1)",
+                              (long long)id);
+    rc = etcd_call(&res, s, "/v3/lease/timetolive", json_pack("{s:I}", "ID", (json_int_t)id),
+              "time to live");
+    if (rc < 0)
+        return rc;
+    ttl = etcd_jint(res, "TTL");
     json_decref(res);
-    return ttl > 0 ? (uint64_t)ttl * 1000 : 0;
+    /* -1: the lease expired (or was revoked) after the key was read. A TTL
+     * of 0 is a lease in its last second. */
+    if (ttl == -1 || ttl == 0)
+        return 0;
+    return etcd_ttl_ms(ms, s, ttl, "time to live");
 }
 
 /* ---- operations ---------------------------------------------------------- */
 
-/* Fill `info` from the lease and meta kvs (either may be NULL). */
-static void fill_info(lease_info *info, etcd_store *s, const char *key,
-                      json_t *lease_kv, json_t *meta_kv, uint64_t seen_token)
+/* "<ttl_ms>\n<label>" of a meta/ kv into info. */
+static int etcd_read_meta(lease_info *info, const etcd_store *s, json_t *meta_kv)
 {
-    char *owner, *meta;
+    size_t len = 0;
+    char *meta = etcd_kv_value(meta_kv, &len), *nl, *end;
+    unsigned long long ttl;
+    int rc = 0;
+
+    if (meta == NULL)
+        return lease__seterr(LEASE_ENOMEM, "out of memory");
+    nl = memchr(meta, '\n', len);
+    errno = 0;
+    ttl = strtoull(meta, &end, 10);
+    if (nl == NULL || end != nl || meta[0] < '0' || meta[0] > '9' || errno != 0 ||
+        ttl == 0 || ttl > (unsigned long long)etcd_ttl_max_s(s) * 1000)
+        rc = etcd_malformed("inspect", "the ttl of the meta/ value is not a number "
+                            "of ms within 1 .. %lld s", (long long)etcd_ttl_max_s(s));
+    else if (len - (size_t)(nl + 1 - meta) > LEASE_LABEL_MAX ||
+             memchr(nl + 1, '\0', len - (size_t)(nl + 1 - meta)))
+        rc = etcd_malformed("inspect", "the label of the meta/ value is longer than "
+                            "%d bytes or holds a NUL", LEASE_LABEL_MAX);
+    if (rc == 0) {
+        info->ttl_ms = ttl;
+        lease__strlcpy(info->label, nl + 1, sizeof(info->label));
+    }
+    free(meta);
+    return rc;
+}
+
+/* Fill `info` from the lease and meta kvs (either may be NULL); the seen/
+ * token is the last token of a key that is not held. */
+static int etcd_fill_info(lease_info *info, etcd_store *s, const char *key,
+                          json_t *lease_kv, json_t *meta_kv, uint64_t seen_token)
+{
+    char *owner;
+    int rc;
 
     memset(info, 0, sizeof(*info));
     lease__strlcpy(info->key, key, sizeof(info->key));
     info->token = seen_token;
     if (lease_kv == NULL)
-        return;
-    owner = kv_value(lease_kv, NULL);
-    lease__strlcpy(info->owner, owner ? owner : "", sizeof(info->owner));
+        return 0;
+    owner = etcd_kv_value(lease_kv, NULL);
+    if (owner == NULL)
+        return lease__seterr(LEASE_ENOMEM, "out of memory");
+    rc = lease_owner_valid(owner) ? 0
+                                  : etcd_malformed("inspect", "the owner of '%s' "
+                                                   "is not a UUID", key);
+    lease__strlcpy(info->owner, owner, sizeof(info->owner));
     free(owner);
     info->held = 1;
-    info->token = (uint64_t)jint(lease_kv, "create_revision");
-    info->remaining_ms = time_left_ms(s, jint(lease_kv, "lease"));
-    if (meta_kv && (meta = kv_value(meta_kv, NULL)) != NULL) {
-        char *nl = strchr(meta, '\n');
-        info->ttl_ms = strtoull(meta, NULL, 10);
-        lease__strlcpy(info->label, nl ? nl + 1 : "", sizeof(info->label));
-        free(meta);
-    }
+    if (rc == 0)
+        rc = etcd_token_field(&info->token, lease_kv, "create_revision", "inspect");
+    if (rc == 0)
+        rc = etcd_time_left_ms(&info->remaining_ms, s, etcd_jint(lease_kv, "lease"));
+    if (rc == 0 && meta_kv)
+        rc = etcd_read_meta(info, s, meta_kv);
+    return rc;
 }
 
 /*
@@ -577,17 +1116,17 @@ static void fill_info(lease_info *info, etcd_store *s, const char *key,
  * LEASE_HISTORY_KEEP of what they read, and tokens only grow, so together
  * they never keep fewer.
  */
-static void prune_history(etcd_store *s, const char *key)
+static void etcd_prune_history(etcd_store *s, const char *key)
 {
     char name[HNAME_SZ], end[HNAME_SZ], tok[PAD + 1];
     json_t *res, *kvs, *req, *ops;
     size_t n, ndel, i;
     int64_t last;
 
-    hist_name(name, key, "");
-    if ((req = history_range(s, name, "ASCEND")) != NULL)
+    etcd_hist_name(name, key, "");
+    if ((req = etcd_history_range(s, name, "ASCEND")) != NULL)
         json_object_set_new(req, "keys_only", json_true());
-    if (call(&res, s, "/v3/kv/range", req, "prune history") < 0)
+    if (etcd_call(&res, s, "/v3/kv/range", req, "prune history") < 0)
         return;
     kvs = json_object_get(res, "kvs");
     n = json_array_size(kvs);
@@ -601,128 +1140,86 @@ static void prune_history(etcd_store *s, const char *key)
     /* The entries' names (as etcd sent them, base64) ... */
     ops = json_array();
     for (i = 0; ops && i < ndel; i++)
-        json_array_append_new(ops, op_delete(json_incref(json_object_get(
+        json_array_append_new(ops, etcd_op_delete(json_incref(json_object_get(
                                        json_array_get(kvs, i), "key"))));
     /* ... and the markers of every token up to the newest deleted one:
      * "ended/L/K/" up to (excluding) "ended/L/K/<its token + 1>". */
-    last = jint(json_array_get(kvs, ndel - 1), "create_revision");
+    last = etcd_jint(json_array_get(kvs, ndel - 1), "create_revision");
     json_decref(res);
-    pad(tok, (uint64_t)last + 1);
-    hist_name(end, key, tok);
+    if (last <= 0 || (uint64_t)last >= LEASE__TOKEN_MAX) {
+        json_decref(ops);
+        return; /* not a revision: delete nothing rather than guess */
+    }
+    etcd_pad(tok, (uint64_t)last + 1);
+    etcd_hist_name(end, key, tok);
     if (ops)
         json_array_append_new(ops, json_pack("{s:{s:o, s:o}}", "request_delete_range",
-                                             "key", jkey(s, "ended/", name),
-                                             "range_end", jkey(s, "ended/", end)));
-    if (ops && call(&res, s, "/v3/kv/txn", json_pack("{s:o}", "success", ops),
+                                             "key", etcd_jkey(s, "ended/", name),
+                                             "range_end", etcd_jkey(s, "ended/", end)));
+    if (ops && etcd_call(&res, s, "/v3/kv/txn", json_pack("{s:o}", "success", ops),
                     "prune history") == 0)
         json_decref(res);
 }
 
-static int etcd_acquire(lease_grant *out, lease_info *holder, lease_store *base,
-                        const lease_request *req)
+/* The acquire txn succeeded: the token is its revision. Takes `res`. */
+static int etcd_acquired(lease_grant *out, etcd_store *s, json_t *res, int64_t id,
+                         uint64_t granted, const char *key)
 {
-    etcd_store *s = (etcd_store *)base;
-    uint64_t granted = 0;
-    json_t *res, *kv;
-    char *metatext, *histtext, *owner;
-    char hist[HNAME_SZ], hprefix[HNAME_SZ], hid[17];
-    int64_t id;
+    int64_t entries = etcd_txn_count(res, 4);
+    int rc = etcd_token_field(&out->token, json_object_get(res, "header"), "revision",
+                              "acquire");
+
+    json_decref(res);
+    if (rc < 0) {
+        etcd_revoke(s, id); /* best effort: no token, no grant */
+        return rc;
+    }
+    out->ttl_ms = granted;
+    if (entries > LEASE_HISTORY_KEEP + HISTORY_SLACK) {
+        /* The holder's time runs already: both prune requests get a
+         * twentieth of the ttl at most, so a slow cluster costs the
+         * holder a tenth of its lease, not the handle's timeout. */
+        int64_t saved = s->end_ns;
+        int64_t budget = lease_clock_ns() + (int64_t)(granted / 20 ? granted / 20 : 1) * 1000000;
+
+        if (budget < s->end_ns)
+            s->end_ns = budget;
+        etcd_prune_history(s, key);
+        s->end_ns = saved;
+    }
+    return 0;
+}
+
+/* The acquire txn failed: a retry by the holder, or busy. Takes `res`. */
+static int etcd_not_acquired(lease_grant *out, lease_info *holder, etcd_store *s,
+                             json_t *res, int64_t id, const lease_request *req,
+                             const char *hid)
+{
+    json_t *kv = etcd_txn_kv(res, 0);
+    char *owner;
     int rc;
 
-    if ((rc = grant(&id, &granted, s, req->ttl_ms)) < 0)
-        return rc;
-    /* "<ttl_ms>\n<label>": the label is bytes, which JSON text could not
-     * always carry; for the same reason the history entry is text with the
-     * label last. */
-    if (asprintf(&metatext, "%llu\n%s", (unsigned long long)granted, req->label) < 0)
-        metatext = NULL;
-    if (asprintf(&histtext, "%s\n%llu\n%lld\n%s", req->owner,
-                 (unsigned long long)granted, (long long)wall_ms(), req->label) < 0)
-        histtext = NULL;
-    if (metatext == NULL || histtext == NULL) {
-        free(metatext);
-        free(histtext);
-        revoke(s, id);
-        return lease__seterr(LEASE_ENOMEM, "out of memory");
-    }
-    snprintf(hid, sizeof(hid), "%016llx", (unsigned long long)id);
-    hist_name(hist, req->key, hid);
-    hist_name(hprefix, req->key, "");
-    /* Create the key only if it does not exist, with the new etcd lease;
-     * otherwise read who holds it. The seen/ key is written in the same
-     * transaction, so its mod_revision is this grant's token: it tells a
-     * free key's last token, and that the key was ever acquired. So is the
-     * history entry, whose create_revision is then the token too; the
-     * second compare makes sure it is a new key (an existing one would keep
-     * an older create_revision), though etcd lease ids are not reused. The
-     * count of the entries, this one included, tells when to prune. */
-    rc = call(&res, s, "/v3/kv/txn",
-              json_pack("{s:[o, o], s:[o, o, o, o, o], s:[o, o]}",
-                        "compare",
-                        cmp(jkey(s, "lease/", req->key), "CREATE", "EQUAL",
-                            "create_revision", json_integer(0)),
-                        cmp(jkey(s, "history/", hist), "CREATE", "EQUAL",
-                            "create_revision", json_integer(0)),
-                        "success",
-                        op_put(jkey(s, "lease/", req->key), jstr64(req->owner), id),
-                        op_put(jkey(s, "meta/", req->key), jstr64(metatext), id),
-                        op_put(jkey(s, "seen/", req->key), jstr64(""), 0),
-                        op_put(jkey(s, "history/", hist), jstr64(histtext), 0),
-                        json_pack("{s:o}", "request_range",
-                                  json_pack("{s:o, s:o, s:b}", "key",
-                                            jkey(s, "history/", hprefix), "range_end",
-                                            jrange_end(s, "history/", hprefix),
-                                            "count_only", 1)),
-                        "failure", op_range(jkey(s, "lease/", req->key)),
-                        op_range(jkey(s, "meta/", req->key))),
-              "acquire");
-    free(metatext);
-    free(histtext);
-    if (rc < 0) {
-        /* Unknown outcome: leave the etcd lease; it expires by itself. */
-        return rc;
-    }
-    if (txn_ok(res)) {
-        int64_t entries = txn_count(res, 4);
-
-        out->token = (uint64_t)jint(json_object_get(res, "header"), "revision");
-        out->ttl_ms = granted;
-        json_decref(res);
-        if (entries > LEASE_HISTORY_KEEP + HISTORY_SLACK) {
-            /* The holder's time runs already: both prune requests get a
-             * twentieth of the ttl at most, so a slow cluster costs the
-             * holder a tenth of its lease, not the handle's timeout. */
-            uint64_t saved = s->timeout_ms, budget = granted / 20 ? granted / 20 : 1;
-
-            if (budget < s->timeout_ms)
-                s->timeout_ms = budget;
-            prune_history(s, req->key);
-            s->timeout_ms = saved;
-        }
-        return 0;
-    }
-    s->last_revision = jint(json_object_get(res, "header"), "revision");
-    kv = txn_kv(res, 0);
+    s->last_revision = etcd_jint(json_object_get(res, "header"), "revision");
     if (kv == NULL) {
         /* The failure branch reads at the compares' revision: the key was
          * free, so the history compare failed. Nothing was written. */
         json_decref(res);
-        revoke(s, id);
+        etcd_revoke(s, id);
         return lease__seterr(LEASE_ESTORE, "acquire '%s': history entry %s "
                              "exists already; try again", req->key, hid);
     }
-    owner = kv_value(kv, NULL);
+    owner = etcd_kv_value(kv, NULL);
     if (owner && strcmp(owner, req->owner) == 0) {
         /* A retried acquire by the holder: keep its etcd lease alive, same
          * token; the new etcd lease is not needed. */
         uint64_t ttl = 0;
-        int64_t old = jint(kv, "lease");
+        int64_t old = etcd_jint(kv, "lease");
 
         free(owner);
-        revoke(s, id);
-        out->token = (uint64_t)jint(kv, "create_revision");
+        etcd_revoke(s, id);
+        rc = etcd_token_field(&out->token, kv, "create_revision", "acquire");
         json_decref(res);
-        if ((rc = keepalive(&ttl, s, old)) < 0)
+        if (rc < 0 || (rc = etcd_keepalive(&ttl, s, old)) < 0)
             return rc;
         if (ttl == 0)
             return lease__seterr(LEASE_ESTORE, "'%s': the lease expired while "
@@ -731,31 +1228,104 @@ static int etcd_acquire(lease_grant *out, lease_info *holder, lease_store *base,
         return 0;
     }
     free(owner);
-    revoke(s, id);
-    fill_info(holder, s, req->key, kv, txn_kv(res, 1), 0);
+    etcd_revoke(s, id);
+    rc = etcd_fill_info(holder, s, req->key, kv, etcd_txn_kv(res, 1), 0);
     json_decref(res);
-    return LEASE_EBUSY;
+    return rc < 0 ? rc : LEASE_EBUSY;
+}
+
+static int etcd_acquire(lease_grant *out, lease_info *holder, lease_store *base,
+                        const lease_request *req)
+{
+    etcd_store *s = (etcd_store *)base;
+    uint64_t granted = 0;
+    json_t *res;
+    char *metatext, *histtext;
+    char hist[HNAME_SZ], hprefix[HNAME_SZ], hid[17];
+    int64_t id;
+    int rc;
+
+    etcd_begin(s);
+    if ((rc = etcd_grant(&id, &granted, s, req->ttl_ms)) < 0)
+        return rc;
+    /* "<ttl_ms>\n<label>": the label is bytes, which JSON text could not
+     * always carry; for the same reason the history entry is text with the
+     * label last. */
+    if (asprintf(&metatext, "%llu\n%s", (unsigned long long)granted, req->label) < 0)
+        metatext = NULL;
+    if (asprintf(&histtext, "%s\n%llu\n%lld\n%s", req->owner,
+                 (unsigned long long)granted, (long long)etcd_wall_ms(), req->label) < 0)
+        histtext = NULL;
+    if (metatext == NULL || histtext == NULL) {
+        free(metatext);
+        free(histtext);
+        etcd_revoke(s, id);
+        return lease__seterr(LEASE_ENOMEM, "out of memory");
+    }
+    snprintf(hid, sizeof(hid), "%016llx", (unsigned long long)id);
+    etcd_hist_name(hist, req->key, hid);
+    etcd_hist_name(hprefix, req->key, "");
+    /* Create the key only if it does not exist, with the new etcd lease;
+     * otherwise read who holds it. The seen/ key is written in the same
+     * transaction, so its mod_revision is this grant's token: it tells a
+     * free key's last token, and that the key was ever acquired. So is the
+     * history entry, whose create_revision is then the token too; the
+     * second compare makes sure it is a new key (an existing one would keep
+     * an older create_revision), though etcd lease ids are not reused. The
+     * count of the entries, this one included, tells when to prune. */
+    rc = etcd_call(&res, s, "/v3/kv/txn",
+              json_pack("{s:[o, o], s:[o, o, o, o, o], s:[o, o]}",
+                        "compare",
+                        etcd_cmp(etcd_jkey(s, "lease/", req->key), "CREATE", "EQUAL",
+                            "create_revision", json_integer(0)),
+                        etcd_cmp(etcd_jkey(s, "history/", hist), "CREATE", "EQUAL",
+                            "create_revision", json_integer(0)),
+                        "success",
+                        etcd_op_put(etcd_jkey(s, "lease/", req->key), etcd_jstr64(req->owner), id),
+                        etcd_op_put(etcd_jkey(s, "meta/", req->key), etcd_jstr64(metatext), id),
+                        etcd_op_put(etcd_jkey(s, "seen/", req->key), etcd_jstr64(""), 0),
+                        etcd_op_put(etcd_jkey(s, "history/", hist), etcd_jstr64(histtext), 0),
+                        json_pack("{s:o}", "request_range",
+                                  json_pack("{s:o, s:o, s:b}", "key",
+                                            etcd_jkey(s, "history/", hprefix), "range_end",
+                                            etcd_jrange_end(s, "history/", hprefix),
+                                            "count_only", 1)),
+                        "failure", etcd_op_range(etcd_jkey(s, "lease/", req->key)),
+                        etcd_op_range(etcd_jkey(s, "meta/", req->key))),
+              "acquire");
+    free(metatext);
+    free(histtext);
+    if (rc < 0) {
+        /* Unknown outcome: leave the etcd lease; it expires by itself. */
+        return rc;
+    }
+    if (etcd_txn_ok(res))
+        return etcd_acquired(out, s, res, id, granted, req->key);
+    return etcd_not_acquired(out, holder, s, res, id, req, hid);
 }
 
 /* Is (key, owner, token) the current lease? Returns its etcd lease id. */
-static int holder_lease(int64_t *id, etcd_store *s, const char *key,
-                        const char *owner, uint64_t token, const char *what)
+static int etcd_holder_lease(int64_t *id, etcd_store *s, const char *key,
+                             const char *owner, uint64_t token, const char *what)
 {
     json_t *res;
     int rc, ok;
 
-    rc = call(&res, s, "/v3/kv/txn",
+    rc = etcd_call(&res, s, "/v3/kv/txn",
               json_pack("{s:o, s:[o]}",
-                        "compare", is_holder(s, key, owner, token),
-                        "success", op_range(jkey(s, "lease/", key))),
+                        "compare", etcd_is_holder(s, key, owner, token),
+                        "success", etcd_op_range(etcd_jkey(s, "lease/", key))),
               what);
     if (rc < 0)
         return rc;
-    ok = txn_ok(res) && txn_kv(res, 0);
-    *id = ok ? jint(txn_kv(res, 0), "lease") : 0;
+    ok = etcd_txn_ok(res) && etcd_txn_kv(res, 0);
+    *id = ok ? etcd_jint(etcd_txn_kv(res, 0), "lease") : 0;
     json_decref(res);
     if (!ok)
         return lease__not_holder(what, key, token, NULL);
+    if (*id <= 0)
+        return lease__seterr(LEASE_ESTORE, "etcd %s: malformed answer: the key has "
+                             "lease %lld, not an etcd lease", what, (long long)*id);
     return 0;
 }
 
@@ -765,50 +1335,50 @@ static int holder_lease(int64_t *id, etcd_store *s, const char *key,
  * checks it is still this holder's (a put keeps create_revision, the
  * token), then revoke the old etcd lease.
  */
-static int move_to_new_lease(uint64_t *granted_ms, etcd_store *s, const char *key,
-                             const char *owner, uint64_t token, uint64_t ttl_ms,
-                             int64_t old)
+static int etcd_move_to_new_lease(uint64_t *granted_ms, etcd_store *s, const char *key,
+                                  const char *owner, uint64_t token, uint64_t ttl_ms,
+                                  int64_t old)
 {
     json_t *res, *meta_kv;
     char *meta = NULL, *label, *metatext;
     int64_t id;
     int rc, ok;
 
-    if ((rc = grant(&id, granted_ms, s, ttl_ms)) < 0)
+    if ((rc = etcd_grant(&id, granted_ms, s, ttl_ms)) < 0)
         return rc;
-    rc = call(&res, s, "/v3/kv/range", json_pack("{s:o}", "key", jkey(s, "meta/", key)),
+    rc = etcd_call(&res, s, "/v3/kv/range", json_pack("{s:o}", "key", etcd_jkey(s, "meta/", key)),
               "renew");
     if (rc < 0) {
-        revoke(s, id);
+        etcd_revoke(s, id);
         return rc;
     }
     meta_kv = json_array_get(json_object_get(res, "kvs"), 0);
-    meta = meta_kv ? kv_value(meta_kv, NULL) : NULL;
+    meta = meta_kv ? etcd_kv_value(meta_kv, NULL) : NULL;
     json_decref(res);
     label = meta && strchr(meta, '\n') ? strchr(meta, '\n') + 1 : "";
     if (asprintf(&metatext, "%llu\n%s", (unsigned long long)*granted_ms, label) < 0)
         metatext = NULL;
     free(meta);
     if (metatext == NULL) {
-        revoke(s, id);
+        etcd_revoke(s, id);
         return lease__seterr(LEASE_ENOMEM, "out of memory");
     }
-    rc = call(&res, s, "/v3/kv/txn",
+    rc = etcd_call(&res, s, "/v3/kv/txn",
               json_pack("{s:o, s:[o, o]}",
-                        "compare", is_holder(s, key, owner, token),
-                        "success", op_put(jkey(s, "lease/", key), jstr64(owner), id),
-                        op_put(jkey(s, "meta/", key), jstr64(metatext), id)),
+                        "compare", etcd_is_holder(s, key, owner, token),
+                        "success", etcd_op_put(etcd_jkey(s, "lease/", key), etcd_jstr64(owner), id),
+                        etcd_op_put(etcd_jkey(s, "meta/", key), etcd_jstr64(metatext), id)),
               "renew");
     free(metatext);
     if (rc < 0)
         return rc;
-    ok = txn_ok(res);
+    ok = etcd_txn_ok(res);
     json_decref(res);
     if (!ok) {
-        revoke(s, id);
+        etcd_revoke(s, id);
         return lease__not_holder("renew", key, token, NULL);
     }
-    revoke(s, old);
+    etcd_revoke(s, old);
     return 0;
 }
 
@@ -820,16 +1390,17 @@ static int etcd_renew(uint64_t *granted_ms, lease_store *base, const char *key,
     int64_t id;
     int rc;
 
-    if ((rc = holder_lease(&id, s, key, owner, token, "renew")) < 0)
+    etcd_begin(s);
+    if ((rc = etcd_holder_lease(&id, s, key, owner, token, "renew")) < 0)
         return rc;
-    if ((rc = keepalive(&current, s, id)) < 0)
+    if ((rc = etcd_keepalive(&current, s, id)) < 0)
         return rc;
     if (current == 0)
         return lease__seterr(LEASE_ELOST, "renew '%s': the lease expired", key);
     /* The keep-alive restored the TTL granted before; a longer ttl (beyond
      * the server's rounding) needs a new etcd lease. */
     if (ttl_ms > current)
-        return move_to_new_lease(granted_ms, s, key, owner, token, ttl_ms, id);
+        return etcd_move_to_new_lease(granted_ms, s, key, owner, token, ttl_ms, id);
     *granted_ms = current;
     return 0;
 }
@@ -843,34 +1414,35 @@ static int etcd_release(lease_store *base, const char *key, const char *owner,
     int64_t id = 0;
     int rc, ok;
 
-    pad(tok, token);
-    hist_name(ended, key, tok);
-    if (asprintf(&marker, "released\n%lld", (long long)wall_ms()) < 0)
+    etcd_begin(s);
+    etcd_pad(tok, token);
+    etcd_hist_name(ended, key, tok);
+    if (asprintf(&marker, "released\n%lld", (long long)etcd_wall_ms()) < 0)
         return lease__seterr(LEASE_ENOMEM, "out of memory");
     /* Delete only if the key is still the one created at `token` and
      * held by this owner; read its etcd lease on the way, then revoke.
      * The history's end marker goes in the same txn. */
-    rc = call(&res, s, "/v3/kv/txn",
+    rc = etcd_call(&res, s, "/v3/kv/txn",
               json_pack("{s:o, s:[o, o, o, o]}",
-                        "compare", is_holder(s, key, owner, token),
-                        "success", op_range(jkey(s, "lease/", key)),
-                        op_delete(jkey(s, "lease/", key)),
-                        op_delete(jkey(s, "meta/", key)),
-                        op_put(jkey(s, "ended/", ended), jstr64(marker), 0)),
+                        "compare", etcd_is_holder(s, key, owner, token),
+                        "success", etcd_op_range(etcd_jkey(s, "lease/", key)),
+                        etcd_op_delete(etcd_jkey(s, "lease/", key)),
+                        etcd_op_delete(etcd_jkey(s, "meta/", key)),
+                        etcd_op_put(etcd_jkey(s, "ended/", ended), etcd_jstr64(marker), 0)),
               "release");
     free(marker);
     if (rc < 0)
         return rc;
-    ok = txn_ok(res);
-    if (ok && txn_kv(res, 0))
-        id = jint(txn_kv(res, 0), "lease");
+    ok = etcd_txn_ok(res);
+    if (ok && etcd_txn_kv(res, 0))
+        id = etcd_jint(etcd_txn_kv(res, 0), "lease");
     json_decref(res);
     if (!ok)
         return lease__seterr(LEASE_ELOST,
                              "release '%s': this owner does not hold token %llu",
                              key, (unsigned long long)token);
-    if (id)
-        revoke(s, id);
+    if (id > 0)
+        etcd_revoke(s, id);
     return 0;
 }
 
@@ -880,6 +1452,86 @@ typedef struct {
     lease_ended ended;
     int64_t ms;
 } end_marker;
+
+/* A decimal number of ms at *p, up to the next '\n' or the end. */
+static int etcd_ms_text(int64_t *out, const char **p)
+{
+    char *end;
+    long long v;
+
+    if (**p < '0' || **p > '9')
+        return -1;
+    errno = 0;
+    v = strtoll(*p, &end, 10);
+    if (errno != 0 || (*end != '\n' && *end != '\0'))
+        return -1;
+    *out = v;
+    *p = end;
+    return 0;
+}
+
+/* An end marker "ended/L/K/<20 digits>" = "released\n<ms>" or "lost\n<ms>":
+ * 1 when read, 0 for a value of another kind, < 0 when malformed. */
+static int etcd_read_marker(end_marker *m, json_t *kv)
+{
+    const char *k64 = json_string_value(json_object_get(kv, "key"));
+    size_t klen = 0, vlen = 0;
+    char *k = etcd_b64_decode(k64 ? k64 : "", &klen), *v = etcd_kv_value(kv, &vlen);
+    const char *p = v ? strchr(v, '\n') : NULL;
+    int rc = 1;
+
+    if (k == NULL || v == NULL)
+        rc = lease__seterr(LEASE_ENOMEM, "out of memory reading history");
+    else if (klen < PAD || etcd_token_text(&m->token, k + klen - PAD, PAD) < 0 ||
+             p == NULL || (p++, etcd_ms_text(&m->ms, &p) < 0) || *p != '\0')
+        rc = etcd_malformed("history", "an end marker is not <token> = <how>\\n<ms>");
+    else if (strncmp(v, "released\n", 9) == 0)
+        m->ended = LEASE_ENDED_RELEASED;
+    else if (strncmp(v, "lost\n", 5) == 0)
+        m->ended = LEASE_ENDED_LOST;
+    else
+        rc = 0;
+    free(k);
+    free(v);
+    return rc;
+}
+
+/* A history entry: "<owner>\n<ttl_ms>\n<acquired_ms>\n<label>". */
+static int etcd_read_entry(lease_history_entry *e, json_t *kv)
+{
+    size_t len = 0;
+    char *v = etcd_kv_value(kv, &len);
+    const char *p = v;
+    int64_t ttl = 0;
+    int rc;
+
+    if (v == NULL)
+        return lease__seterr(LEASE_ENOMEM, "out of memory reading history");
+    memset(e, 0, sizeof(*e));
+    rc = etcd_token_field(&e->token, kv, "create_revision", "history");
+    if (rc == 0 && (len < LEASE_OWNER_LEN + 1 || v[LEASE_OWNER_LEN] != '\n' ||
+                    memchr(v, '\0', len) != NULL))
+        rc = 1;
+    if (rc == 0) {
+        v[LEASE_OWNER_LEN] = '\0';
+        p = v + LEASE_OWNER_LEN + 1;
+        if (!lease_owner_valid(v) || etcd_ms_text(&ttl, &p) < 0 || *p != '\n' ||
+            ttl <= 0 || (p++, etcd_ms_text(&e->acquired_ms, &p) < 0) || *p != '\n' ||
+            strlen(p + 1) > LEASE_LABEL_MAX)
+            rc = 1;
+    }
+    if (rc == 0) {
+        lease__strlcpy(e->owner, v, sizeof(e->owner));
+        e->ttl_ms = (uint64_t)ttl;
+        lease__strlcpy(e->label, p + 1, sizeof(e->label));
+    }
+    free(v);
+    if (rc == 1)
+        rc = etcd_malformed("history", "the entry of token %llu is not "
+                            "<owner>\\n<ttl_ms>\\n<acquired_ms>\\n<label>",
+                            (unsigned long long)e->token);
+    return rc;
+}
 
 static int etcd_history(lease_history_entry *out, size_t *n, lease_store *base,
                         const char *key, size_t max)
@@ -892,66 +1544,39 @@ static int etcd_history(lease_history_entry *out, size_t *n, lease_store *base,
     int rc;
 
     *n = 0;
-    hist_name(name, key, "");
+    etcd_begin(s);
+    etcd_hist_name(name, key, "");
     /* Entries newest first (the token is the create_revision), and every
      * end marker (pruned with the entries, so few), in one txn: one
      * consistent revision. */
-    if ((rr = history_range(s, name, "DESCEND")) != NULL)
+    if ((rr = etcd_history_range(s, name, "DESCEND")) != NULL)
         json_object_set_new(rr, "limit", json_integer((json_int_t)max));
-    rc = call(&res, s, "/v3/kv/txn",
+    rc = etcd_call(&res, s, "/v3/kv/txn",
               json_pack("{s:[{s:o}, {s:o}]}", "success", "request_range", rr,
-                        "request_range", range_body(s, "ended/", name)),
+                        "request_range", etcd_range_body(s, "ended/", name)),
               "history");
     if (rc < 0)
         return rc;
-    entries = txn_kvs(res, 0);
-    marks = txn_kvs(res, 1);
+    entries = etcd_txn_kvs(res, 0);
+    marks = etcd_txn_kvs(res, 1);
     if (json_array_size(marks) &&
         (m = calloc(json_array_size(marks), sizeof(*m))) == NULL) {
         json_decref(res);
         return lease__seterr(LEASE_ENOMEM, "out of memory reading history");
     }
-    for (i = 0; i < json_array_size(marks); i++) {
-        json_t *kv = json_array_get(marks, i);
-        const char *k64 = json_string_value(json_object_get(kv, "key"));
-        size_t klen;
-        char *k = b64_decode(k64 ? k64 : "", &klen), *v = kv_value(kv, NULL);
+    for (i = 0; rc == 0 && i < json_array_size(marks); i++) {
+        int got = etcd_read_marker(&m[nm], json_array_get(marks, i));
 
-        /* "ended/L/K/<20 digits>" = "released\n<ms>" or "lost\n<ms>" */
-        if (k && v && klen >= PAD) {
-            m[nm].token = strtoull(k + klen - PAD, NULL, 10);
-            m[nm].ended = strncmp(v, "released\n", 9) == 0 ? LEASE_ENDED_RELEASED
-                          : strncmp(v, "lost\n", 5) == 0   ? LEASE_ENDED_LOST
-                                                            : LEASE_ENDED_HELD;
-            m[nm].ms = strtoll(strchr(v, '\n') ? strchr(v, '\n') + 1 : "", NULL, 10);
-            if (m[nm].ended != LEASE_ENDED_HELD)
-                nm++;
-        }
-        free(k);
-        free(v);
+        if (got < 0)
+            rc = got;
+        else
+            nm += (size_t)got;
     }
-    for (i = 0; i < json_array_size(entries) && *n < max; i++) {
-        json_t *kv = json_array_get(entries, i);
+    for (i = 0; rc == 0 && i < json_array_size(entries) && *n < max; i++) {
         lease_history_entry *e = &out[*n];
-        char *v = kv_value(kv, NULL), *p, *nl;
 
-        if (v == NULL)
-            continue;
-        memset(e, 0, sizeof(*e));
-        e->token = (uint64_t)jint(kv, "create_revision");
-        /* "<owner>\n<ttl_ms>\n<acquired_ms>\n<label>" */
-        p = v;
-        if ((nl = strchr(p, '\n')) != NULL) {
-            *nl = '\0';
-            lease__strlcpy(e->owner, p, sizeof(e->owner));
-            p = nl + 1;
-            e->ttl_ms = strtoull(p, &p, 10);
-            if (*p == '\n')
-                e->acquired_ms = strtoll(p + 1, &p, 10);
-            if (*p == '\n')
-                lease__strlcpy(e->label, p + 1, sizeof(e->label));
-        }
-        free(v);
+        if ((rc = etcd_read_entry(e, json_array_get(entries, i))) < 0)
+            break;
         /* A grant with no end marker either still holds (the newest: the
          * core checks it against the lease) or ran out: a later grant
          * needed the key free. When it ran out etcd cannot tell. */
@@ -966,7 +1591,7 @@ static int etcd_history(lease_history_entry *out, size_t *n, lease_store *base,
     }
     free(m);
     json_decref(res);
-    return 0;
+    return rc < 0 ? rc : 0;
 }
 
 static int etcd_history_lost(lease_store *base, const char *key, const char *owner,
@@ -979,16 +1604,17 @@ static int etcd_history_lost(lease_store *base, const char *key, const char *own
 
     /* The entry's name holds its etcd lease id, which the caller does not
      * know: find it by its create_revision, the token. */
-    hist_name(name, key, "");
-    req = range_body(s, "history/", name);
+    etcd_begin(s);
+    etcd_hist_name(name, key, "");
+    req = etcd_range_body(s, "history/", name);
     if (req) {
         json_object_set_new(req, "min_create_revision", json_integer((json_int_t)token));
         json_object_set_new(req, "max_create_revision", json_integer((json_int_t)token));
     }
-    if ((rc = call(&res, s, "/v3/kv/range", req, "history")) < 0)
+    if ((rc = etcd_call(&res, s, "/v3/kv/range", req, "history")) < 0)
         return rc;
     kv = json_array_get(json_object_get(res, "kvs"), 0);
-    v = kv ? kv_value(kv, NULL) : NULL;
+    v = kv ? etcd_kv_value(kv, NULL) : NULL;
     mine = v && strncmp(v, owner, LEASE_OWNER_LEN) == 0 && v[LEASE_OWNER_LEN] == '\n';
     free(v);
     if (!mine) {
@@ -998,24 +1624,24 @@ static int etcd_history_lost(lease_store *base, const char *key, const char *own
     }
     hkey = json_incref(json_object_get(kv, "key"));
     json_decref(res);
-    pad(tok, token);
-    hist_name(ended, key, tok);
-    if (asprintf(&marker, "lost\n%lld", (long long)wall_ms()) < 0) {
+    etcd_pad(tok, token);
+    etcd_hist_name(ended, key, tok);
+    if (asprintf(&marker, "lost\n%lld", (long long)etcd_wall_ms()) < 0) {
         json_decref(hkey);
         return lease__seterr(LEASE_ENOMEM, "out of memory");
     }
     /* Only while the entry is there (a prune in between leaves no marker
      * behind) and has no marker yet: a release's stays, and so does an
      * earlier loss with its time. */
-    rc = call(&res, s, "/v3/kv/txn",
+    rc = etcd_call(&res, s, "/v3/kv/txn",
               json_pack("{s:[o, o], s:[o]}",
                         "compare",
-                        cmp(hkey, "CREATE", "EQUAL", "create_revision",
+                        etcd_cmp(hkey, "CREATE", "EQUAL", "create_revision",
                             json_integer((json_int_t)token)),
-                        cmp(jkey(s, "ended/", ended), "CREATE", "EQUAL",
+                        etcd_cmp(etcd_jkey(s, "ended/", ended), "CREATE", "EQUAL",
                             "create_revision", json_integer(0)),
                         "success",
-                        op_put(jkey(s, "ended/", ended), jstr64(marker), 0)),
+                        etcd_op_put(etcd_jkey(s, "ended/", ended), etcd_jstr64(marker), 0)),
               "history");
     free(marker);
     if (rc < 0)
@@ -1031,34 +1657,35 @@ static int etcd_inspect(lease_info *out, lease_store *base, const char *key)
     uint64_t last = 0;
     int rc;
 
-    rc = call(&res, s, "/v3/kv/txn",
-              json_pack("{s:[o, o, o]}", "success", op_range(jkey(s, "lease/", key)),
-                        op_range(jkey(s, "meta/", key)),
-                        op_range(jkey(s, "seen/", key))),
+    etcd_begin(s);
+    rc = etcd_call(&res, s, "/v3/kv/txn",
+              json_pack("{s:[o, o, o]}", "success", etcd_op_range(etcd_jkey(s, "lease/", key)),
+                        etcd_op_range(etcd_jkey(s, "meta/", key)),
+                        etcd_op_range(etcd_jkey(s, "seen/", key))),
               "inspect");
     if (rc < 0)
         return rc;
-    seen = txn_kv(res, 2);
-    if (seen == NULL && txn_kv(res, 0) == NULL) {
+    seen = etcd_txn_kv(res, 2);
+    if (seen == NULL && etcd_txn_kv(res, 0) == NULL) {
         json_decref(res);
         return lease__seterr(LEASE_ENOTFOUND, "'%s' was never acquired", key);
     }
-    if (seen)
-        last = (uint64_t)jint(seen, "mod_revision");
-    fill_info(out, s, key, txn_kv(res, 0), txn_kv(res, 1), last);
+    rc = seen ? etcd_token_field(&last, seen, "mod_revision", "inspect") : 0;
+    if (rc == 0)
+        rc = etcd_fill_info(out, s, key, etcd_txn_kv(res, 0), etcd_txn_kv(res, 1), last);
     json_decref(res);
-    return 0;
+    return rc;
 }
 
 /* The lease key names of a range's kvs, "<prefix><kind>" (skip bytes)
  * cut off; NULL for a name that is not one (too long, holds a NUL). */
-static char **kv_names(json_t *kvs, size_t skip)
+static char **etcd_kv_names(json_t *kvs, size_t skip)
 {
     size_t i, n, count = json_array_size(kvs);
     char **names = calloc(count ? count : 1, sizeof(*names));
 
     for (i = 0; names && i < count; i++) {
-        char *k = b64_decode(json_string_value(json_object_get(json_array_get(kvs, i),
+        char *k = etcd_b64_decode(json_string_value(json_object_get(json_array_get(kvs, i),
                                                                "key")) ?: "", &n);
 
         if (k && n > skip && n - skip <= LEASE_KEY_MAX && memchr(k, '\0', n) == NULL) {
@@ -1071,7 +1698,7 @@ static char **kv_names(json_t *kvs, size_t skip)
     return names;
 }
 
-static void free_names(char **names, size_t count)
+static void etcd_free_names(char **names, size_t count)
 {
     size_t i;
 
@@ -1082,7 +1709,7 @@ static void free_names(char **names, size_t count)
 
 /* The kv of kvs whose name is `name`, walking *at forward: both lists are
  * in the same (byte) order, so the walk is one merge over the whole list. */
-static json_t *kv_named(json_t *kvs, char **names, size_t *at, const char *name)
+static json_t *etcd_kv_named(json_t *kvs, char **names, size_t *at, const char *name)
 {
     size_t count = json_array_size(kvs);
 
@@ -1106,43 +1733,66 @@ static int etcd_list(lease_store *base, const char *prefix, lease_list_cb cb,
     size_t i, li = 0, mi = 0;
     int rc;
 
-    rc = call(&res, s, "/v3/kv/txn",
-              json_pack("{s:[{s:o}, {s:o}, {s:o}]}", "success",
-                        "request_range", range_body(s, "seen/", prefix),
-                        "request_range", range_body(s, "lease/", prefix),
-                        "request_range", range_body(s, "meta/", prefix)),
-              "list");
+    etcd_begin(s);
+    rc = etcd_call_max(&res, s, "/v3/kv/txn",
+                  json_pack("{s:[{s:o}, {s:o}, {s:o}]}", "success",
+                            "request_range", etcd_range_body(s, "seen/", prefix),
+                            "request_range", etcd_range_body(s, "lease/", prefix),
+                            "request_range", etcd_range_body(s, "meta/", prefix)),
+                  LIST_ANSWER_MAX, "list");
     if (rc < 0)
         return rc;
     for (i = 0; i < 3; i++) {
-        kvs[i] = txn_kvs(res, i);
-        names[i] = kv_names(kvs[i], skip[i]);
+        kvs[i] = etcd_txn_kvs(res, i);
+        names[i] = etcd_kv_names(kvs[i], skip[i]);
     }
     if (names[0] == NULL || names[1] == NULL || names[2] == NULL)
         rc = lease__seterr(LEASE_ENOMEM, "out of memory listing keys");
     for (i = 0; rc == 0 && i < json_array_size(kvs[0]); i++) {
         json_t *seen = json_array_get(kvs[0], i);
         lease_info info;
+        uint64_t last = 0;
 
         if (names[0][i] == NULL)
             continue;
-        fill_info(&info, s, names[0][i], kv_named(kvs[1], names[1], &li, names[0][i]),
-                  kv_named(kvs[2], names[2], &mi, names[0][i]),
-                  (uint64_t)jint(seen, "mod_revision"));
-        rc = cb(&info, payload);
+        /* A list is delivered key by key: each held key's own request
+         * (its time left) is bounded by the timeout, not the whole walk. */
+        etcd_begin(s);
+        rc = etcd_token_field(&last, seen, "mod_revision", "list");
+        if (rc == 0)
+            rc = etcd_fill_info(&info, s, names[0][i],
+                           etcd_kv_named(kvs[1], names[1], &li, names[0][i]),
+                           etcd_kv_named(kvs[2], names[2], &mi, names[0][i]), last);
+        if (rc == 0)
+            rc = cb(&info, payload);
     }
     for (i = 0; i < 3; i++)
-        free_names(names[i], json_array_size(kvs[i]));
+        etcd_free_names(names[i], json_array_size(kvs[i]));
     json_decref(res);
     return rc;
 }
 
-static int read_mark(uint64_t *mark, etcd_store *s, const char *resource)
+/* The value of a fence/ kv: the mark, as PAD digits. */
+static int etcd_mark_value(uint64_t *mark, json_t *kv, const char *resource)
+{
+    size_t len = 0;
+    char *v = etcd_kv_value(kv, &len);
+    int rc = 0;
+
+    if (v == NULL)
+        return lease__seterr(LEASE_ENOMEM, "out of memory");
+    if (etcd_token_text(mark, v, len) < 0)
+        rc = etcd_malformed("fence", "the mark of '%s' is not a token (1 .. 2^63-1)",
+                            resource);
+    free(v);
+    return rc;
+}
+
+static int etcd_read_mark(uint64_t *mark, etcd_store *s, const char *resource)
 {
     json_t *res, *kv;
-    char *v;
-    int rc = call(&res, s, "/v3/kv/range",
-                  json_pack("{s:o}", "key", jkey(s, "fence/", resource)), "read mark");
+    int rc = etcd_call(&res, s, "/v3/kv/range",
+                  json_pack("{s:o}", "key", etcd_jkey(s, "fence/", resource)), "read mark");
 
     if (rc < 0)
         return rc;
@@ -1151,11 +1801,9 @@ static int read_mark(uint64_t *mark, etcd_store *s, const char *resource)
         json_decref(res);
         return lease__seterr(LEASE_ENOTFOUND, "'%s' has no fencing mark", resource);
     }
-    v = kv_value(kv, NULL);
-    *mark = v ? strtoull(v, NULL, 10) : 0;
-    free(v);
+    rc = etcd_mark_value(mark, kv, resource);
     json_decref(res);
-    return 0;
+    return rc;
 }
 
 static int etcd_fence_advance(uint64_t *mark, lease_store *base,
@@ -1165,55 +1813,53 @@ static int etcd_fence_advance(uint64_t *mark, lease_store *base,
     char tok[PAD + 1], next[PAD + 1];
     int attempt, rc;
 
-    pad(tok, token);
-    pad(next, token + 1);
+    etcd_begin(s);
+    etcd_pad(tok, token);
+    etcd_pad(next, token + 1);
     /* Two transactions cover the two cases (etcd compares are ANDed):
      * raise an existing mark below token+1, or create a missing one. A
      * race between them is settled by the next pass; three are plenty. */
     for (attempt = 0; attempt < 3; attempt++) {
         json_t *res, *kv;
-        char *v;
         int ok;
 
-        rc = call(&res, s, "/v3/kv/txn",
+        rc = etcd_call(&res, s, "/v3/kv/txn",
                   json_pack("{s:[o, o], s:[o], s:[o]}",
                             "compare",
-                            cmp(jkey(s, "fence/", resource), "CREATE", "GREATER",
+                            etcd_cmp(etcd_jkey(s, "fence/", resource), "CREATE", "GREATER",
                                 "create_revision", json_integer(0)),
-                            cmp(jkey(s, "fence/", resource), "VALUE", "LESS", "value",
-                                jstr64(next)),
+                            etcd_cmp(etcd_jkey(s, "fence/", resource), "VALUE", "LESS", "value",
+                                etcd_jstr64(next)),
                             "success",
-                            op_put(jkey(s, "fence/", resource), jstr64(tok), 0),
-                            "failure", op_range(jkey(s, "fence/", resource))),
+                            etcd_op_put(etcd_jkey(s, "fence/", resource), etcd_jstr64(tok), 0),
+                            "failure", etcd_op_range(etcd_jkey(s, "fence/", resource))),
                   "fence");
         if (rc < 0)
             return rc;
-        ok = txn_ok(res);
-        kv = txn_kv(res, 0);
+        ok = etcd_txn_ok(res);
+        kv = etcd_txn_kv(res, 0);
         if (ok) {
             json_decref(res);
             *mark = token;
             return 0;
         }
         if (kv) {
-            v = kv_value(kv, NULL);
-            *mark = v ? strtoull(v, NULL, 10) : 0;
-            free(v);
+            rc = etcd_mark_value(mark, kv, resource);
             json_decref(res);
-            return LEASE_ESTALE;
+            return rc < 0 ? rc : LEASE_ESTALE;
         }
         json_decref(res);
-        rc = call(&res, s, "/v3/kv/txn",
+        rc = etcd_call(&res, s, "/v3/kv/txn",
                   json_pack("{s:[o], s:[o]}",
                             "compare",
-                            cmp(jkey(s, "fence/", resource), "CREATE", "EQUAL",
+                            etcd_cmp(etcd_jkey(s, "fence/", resource), "CREATE", "EQUAL",
                                 "create_revision", json_integer(0)),
                             "success",
-                            op_put(jkey(s, "fence/", resource), jstr64(tok), 0)),
+                            etcd_op_put(etcd_jkey(s, "fence/", resource), etcd_jstr64(tok), 0)),
                   "fence");
         if (rc < 0)
             return rc;
-        ok = txn_ok(res);
+        ok = etcd_txn_ok(res);
         json_decref(res);
         if (ok) {
             *mark = token;
@@ -1225,7 +1871,8 @@ static int etcd_fence_advance(uint64_t *mark, lease_store *base,
 
 static int etcd_fence_mark(uint64_t *mark, lease_store *base, const char *resource)
 {
-    return read_mark(mark, (etcd_store *)base, resource);
+    etcd_begin((etcd_store *)base);
+    return etcd_read_mark(mark, (etcd_store *)base, resource);
 }
 
 static int etcd_guarded_put(lease_store *base, const char *key, const char *owner,
@@ -1237,16 +1884,17 @@ static int etcd_guarded_put(lease_store *base, const char *key, const char *owne
     json_t *res;
     int rc, ok;
 
+    etcd_begin(s);
     snprintf(tok, sizeof(tok), "%llu", (unsigned long long)token);
-    rc = call(&res, s, "/v3/kv/txn",
+    rc = etcd_call(&res, s, "/v3/kv/txn",
               json_pack("{s:o, s:[o, o]}",
-                        "compare", is_holder(s, key, owner, token),
-                        "success", op_put(jkey(s, "data/", name), jb64(value, len), 0),
-                        op_put(jkey(s, "datatok/", name), jstr64(tok), 0)),
+                        "compare", etcd_is_holder(s, key, owner, token),
+                        "success", etcd_op_put(etcd_jkey(s, "data/", name), etcd_jb64(value, len), 0),
+                        etcd_op_put(etcd_jkey(s, "datatok/", name), etcd_jstr64(tok), 0)),
               "guarded put");
     if (rc < 0)
         return rc;
-    ok = txn_ok(res);
+    ok = etcd_txn_ok(res);
     json_decref(res);
     if (!ok)
         return lease__not_holder(NULL, key, token, "; nothing was written");
@@ -1258,30 +1906,43 @@ static int etcd_data_get(void **value, size_t *len, uint64_t *token,
 {
     etcd_store *s = (etcd_store *)base;
     json_t *res;
+    size_t tlen = 0;
+    char *t = NULL;
+    uint64_t tok = 0;
     int rc;
 
-    rc = call(&res, s, "/v3/kv/txn",
-              json_pack("{s:[o, o]}", "success", op_range(jkey(s, "data/", name)),
-                        op_range(jkey(s, "datatok/", name))),
-              "read data");
+    etcd_begin(s);
+    /* The value may be up to 64 MiB, the one answer allowed that much. */
+    rc = etcd_call_max(&res, s, "/v3/kv/txn",
+                  json_pack("{s:[o, o]}", "success", etcd_op_range(etcd_jkey(s, "data/", name)),
+                            etcd_op_range(etcd_jkey(s, "datatok/", name))),
+                  DATA_ANSWER_MAX, "read data");
     if (rc < 0)
         return rc;
-    if (txn_kv(res, 0) == NULL) {
+    if (etcd_txn_kv(res, 0) == NULL || etcd_txn_kv(res, 1) == NULL) {
         json_decref(res);
         return lease__seterr(LEASE_ENOTFOUND, "no data named '%s'", name);
     }
-    *value = kv_value(txn_kv(res, 0), len);
-    if (token) {
-        char *t = txn_kv(res, 1) ? kv_value(txn_kv(res, 1), NULL) : NULL;
-        *token = t ? strtoull(t, NULL, 10) : 0;
-        free(t);
-    }
+    *value = etcd_kv_value(etcd_txn_kv(res, 0), len);
+    t = etcd_kv_value(etcd_txn_kv(res, 1), &tlen);
     json_decref(res);
-    return *value ? 0 : lease__seterr(LEASE_ENOMEM, "out of memory");
+    if (*value == NULL || t == NULL)
+        rc = lease__seterr(LEASE_ENOMEM, "out of memory");
+    else if (etcd_token_text(&tok, t, tlen) < 0)
+        rc = etcd_malformed("read data", "the token of '%s' is not 1 .. 2^63-1", name);
+    free(t);
+    if (rc < 0) {
+        free(*value);
+        *value = NULL;
+        return rc;
+    }
+    if (token)
+        *token = tok;
+    return 0;
 }
 
 /* A watch message: stop at the first DELETE (release or expiry). */
-static int on_watch(json_t *msg, void *arg)
+static int etcd_on_watch(json_t *msg, void *arg)
 {
     json_t *events = json_object_get(json_object_get(msg, "result"), "events");
     size_t i;
@@ -1299,7 +1960,7 @@ static int on_watch(json_t *msg, void *arg)
 static int etcd_wait_release(lease_store *base, const char *key, uint64_t timeout_ms)
 {
     etcd_store *s = (etcd_store *)base;
-    body stream = { NULL, 0, 0, on_watch, NULL, 0, 0 };
+    body stream = { NULL, 0, 0, 0, 0, etcd_on_watch, NULL, 0, 0 };
     json_t *req, *res = NULL;
     int rc;
 
@@ -1311,13 +1972,19 @@ static int etcd_wait_release(lease_store *base, const char *key, uint64_t timeou
 
     /* Watch from just after the revision at which the key was seen busy,
      * so a release in between is not missed. */
-    req = json_pack("{s:{s:o}}", "create_request", "key", jkey(s, "lease/", key));
-    if (req && s->last_revision > 0)
+    req = json_pack("{s:{s:o}}", "create_request", "key", etcd_jkey(s, "lease/", key));
+    if (req && s->last_revision > 0 && s->last_revision < INT64_MAX)
         json_object_set_new(json_object_get(req, "create_request"), "start_revision",
                             json_integer(s->last_revision + 1));
     if (req == NULL)
         return lease__seterr(LEASE_ENOMEM, "out of memory");
-    rc = post(&res, s, "/v3/watch", req, timeout_ms, &stream, "watch");
+    s->end_ns = lease_clock_ns() + (int64_t)timeout_ms * 1000000;
+    s->auth_refused = 0;
+    rc = etcd_post(&res, s, "/v3/watch", req, s->end_ns, &stream, 0, "watch");
+    /* An expired auth token: renewed once, as etcd_call_max does. */
+    if (rc == LEASE_ESTORE && s->auth_refused && s->user && !stream.stop &&
+        (rc = etcd_authenticate(s)) == 0)
+        rc = etcd_post(&res, s, "/v3/watch", req, s->end_ns, &stream, 0, "watch");
     json_decref(req);
     json_decref(res);
     free(stream.data);
@@ -1341,40 +2008,98 @@ static void etcd_close(lease_store *base)
 
     if (s->curl)
         curl_easy_cleanup(s->curl);
+    if (s->multi)
+        curl_multi_cleanup(s->multi);
     for (i = 0; i < s->nendpoints; i++)
         free(s->endpoints[i]);
     free(s->prefix);
     free(s->cacert);
     free(s->cert);
     free(s->key);
+    free(s->user);
+    if (s->password) {
+        if (s->password_from_file)
+            lease__secret_release(s->password);
+        memset(s->password, 0, strlen(s->password));
+        free(s->password);
+    }
+    if (s->token) {
+        memset(s->token, 0, strlen(s->token));
+        free(s->token);
+    }
     free(s);
 }
 
-static int parse_url(etcd_store *s, const lease__url *u)
+/* "host:port", "[v6]:port": what a member may be, checked before any
+ * connection so that a typo is EINVALID, not an unreachable store. */
+static int etcd_member_valid(const char *p, size_t n)
+{
+    size_t h = 0, port_at;
+    unsigned long port = 0;
+
+    if (n > 0 && p[0] == '[') {
+        for (h = 1; h < n && p[h] != ']'; h++)
+            if (!strchr("0123456789abcdefABCDEF:.", p[h]))
+                return 0;
+        if (h >= n || h == 1)
+            return 0;
+        h++;
+    } else {
+        for (; h < n && p[h] != ':'; h++)
+            if (!((p[h] >= 'a' && p[h] <= 'z') || (p[h] >= 'A' && p[h] <= 'Z') ||
+                  (p[h] >= '0' && p[h] <= '9') || p[h] == '.' || p[h] == '-' ||
+                  p[h] == '_'))
+                return 0;
+        if (h == 0)
+            return 0;
+    }
+    if (h >= n || p[h] != ':' || n - h - 1 < 1 || n - h - 1 > 5)
+        return 0;
+    for (port_at = h + 1; port_at < n; port_at++) {
+        if (p[port_at] < '0' || p[port_at] > '9')
+            return 0;
+        port = port * 10 + (unsigned long)(p[port_at] - '0');
+    }
+    return port >= 1 && port <= 65535;
+}
+
+static int etcd_parse_members(etcd_store *s, const lease__url *u)
 {
     const char *scheme = strcmp(u->scheme, "etcds") == 0 ? "https://" : "http://";
     const char *p = u->hosts;
-    size_t i;
 
     if (!u->has_authority || *p == '\0')
         return lease__seterr(LEASE_EINVALID,
                              "an etcd URL names its members: etcd://host:port[,host:port...][/prefix]");
-    if (u->user || u->password)
-        return lease__seterr(LEASE_EINVALID, "etcd URLs take no user or password here");
+    if ((u->password || u->user) && (u->user == NULL || *u->user == '\0'))
+        return lease__seterr(LEASE_EINVALID, "an etcd URL with a password names its user");
+    if (u->user && ((s->user = strdup(u->user)) == NULL ||
+                    (u->password && (s->password = strdup(u->password)) == NULL)))
+        return lease__seterr(LEASE_ENOMEM, "out of memory");
     while (*p) {
         size_t n = strcspn(p, ",");
         char *e;
 
-        if (n == 0 || n > 255 || s->nendpoints == MAX_ENDPOINTS)
-            return lease__seterr(LEASE_EINVALID, "bad member list in the etcd URL");
+        if (s->nendpoints == MAX_ENDPOINTS)
+            return lease__seterr(LEASE_EINVALID, "an etcd URL names at most %d members",
+                                 MAX_ENDPOINTS);
+        if (n == 0 || n > 255 || !etcd_member_valid(p, n))
+            return lease__seterr(LEASE_EINVALID, "bad member '%.*s' in the etcd URL: "
+                                 "expected host:port or [v6 address]:port",
+                                 (int)(n > 64 ? 64 : n), p);
         if ((e = malloc(strlen(scheme) + n + 1)) == NULL)
             return lease__seterr(LEASE_ENOMEM, "out of memory");
         sprintf(e, "%s%.*s", scheme, (int)n, p);
         s->endpoints[s->nendpoints++] = e;
         p += n;
-        if (*p == ',')
-            p++;
+        if (*p == ',' && *++p == '\0')
+            return lease__seterr(LEASE_EINVALID, "the etcd URL's member list ends with ','");
     }
+    return 0;
+}
+
+static int etcd_parse_prefix(etcd_store *s, const lease__url *u)
+{
     if (u->path[0] && strcmp(u->path, "/") != 0) {
         size_t n = strlen(u->path);
         if ((s->prefix = malloc(n + 2)) == NULL)
@@ -1388,23 +2113,69 @@ static int parse_url(etcd_store *s, const lease__url *u)
     if (strlen(s->prefix) > 256)
         return lease__seterr(LEASE_EINVALID, "etcd prefix is too long");
     s->prefix_len = strlen(s->prefix);
-    for (i = 0; i < u->nparams; i++) {
-        const char *name = u->params[i].name, *v = u->params[i].value;
-        char **slot = strcmp(name, "cacert") == 0 ? &s->cacert
-                      : strcmp(name, "cert") == 0 ? &s->cert
-                      : strcmp(name, "key") == 0  ? &s->key
-                                                  : NULL;
-        if (slot == NULL)
-            return lease__seterr(LEASE_EINVALID, "unknown etcd URL parameter '%s'", name);
-        if ((*slot = strdup(v)) == NULL)
-            return lease__seterr(LEASE_ENOMEM, "out of memory");
-    }
     return 0;
+}
+
+/* ?cacert=, ?cert=, ?key=: files for etcds://, each once, readable now. */
+static int etcd_parse_tls_param(etcd_store *s, const lease__url *u, const char *name,
+                                const char *v)
+{
+    char **slot = strcmp(name, "cacert") == 0 ? &s->cacert
+                  : strcmp(name, "cert") == 0 ? &s->cert
+                                              : &s->key;
+
+    if (strcmp(u->scheme, "etcds") != 0)
+        return lease__seterr(LEASE_EINVALID, "?%s= is for etcds:// (TLS) only", name);
+    if (*slot != NULL)
+        return lease__seterr(LEASE_EINVALID, "?%s= is given twice", name);
+    if (v == NULL || *v == '\0' || access(v, R_OK) != 0)
+        return lease__seterr(LEASE_EINVALID, "?%s=: cannot read '%.200s'", name,
+                             v ? v : "");
+    if ((*slot = strdup(v)) == NULL)
+        return lease__seterr(LEASE_ENOMEM, "out of memory");
+    return 0;
+}
+
+static int etcd_parse_params(etcd_store *s, const lease__url *u)
+{
+    size_t i;
+    int rc = 0;
+
+    for (i = 0; rc == 0 && i < u->nparams; i++) {
+        const char *name = u->params[i].name, *v = u->params[i].value;
+
+        if (strcmp(name, "cacert") == 0 || strcmp(name, "cert") == 0 ||
+            strcmp(name, "key") == 0)
+            rc = etcd_parse_tls_param(s, u, name, v);
+        else if (strcmp(name, "password_file") == 0) {
+            rc = lease__read_password_file(&s->password, "etcd", v ? v : "");
+            s->password_from_file = rc == 0;
+        } else
+            rc = lease__seterr(LEASE_EINVALID, "unknown etcd URL parameter '%.64s' "
+                               "(known: cacert, cert, key, password_file)", name);
+    }
+    if (rc == 0 && !s->cert != !s->key)
+        rc = lease__seterr(LEASE_EINVALID, "?cert= and ?key= go together");
+    if (rc == 0 && !s->user != !s->password)
+        rc = lease__seterr(LEASE_EINVALID, s->user ? "an etcd URL with a user takes a "
+                           "password (user:password@ or ?password_file=)"
+                                                   : "?password_file= needs a user "
+                           "(etcd://user@host:port?password_file=...)");
+    return rc;
+}
+
+static int etcd_parse_url(etcd_store *s, const lease__url *u)
+{
+    int rc;
+
+    if ((rc = etcd_parse_members(s, u)) < 0 || (rc = etcd_parse_prefix(s, u)) < 0)
+        return rc;
+    return etcd_parse_params(s, u);
 }
 
 static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
 
-static void curl_start(void)
+static void etcd_curl_start(void)
 {
     curl_global_init(CURL_GLOBAL_DEFAULT);
 }
@@ -1422,17 +2193,21 @@ static int etcd_open(lease_store **out, const char *url, uint64_t timeout_ms)
         lease__url_free(&u);
         return lease__seterr(LEASE_ENOMEM, "out of memory");
     }
-    rc = parse_url(s, &u);
+    rc = etcd_parse_url(s, &u);
     lease__url_free(&u);
     s->timeout_ms = timeout_ms;
-    pthread_once(&curl_once, curl_start);
-    if (rc == 0 && (s->curl = curl_easy_init()) == NULL)
+    pthread_once(&curl_once, etcd_curl_start);
+    if (rc == 0 && ((s->curl = curl_easy_init()) == NULL ||
+                    (s->multi = etcd_multi_new()) == NULL))
         rc = lease__seterr(LEASE_ENOMEM, "cannot start libcurl");
     /* Say hello to the cluster, so a wrong URL fails at open. */
     s->parent.url_redacted = lease__url_redact(url);
+    etcd_begin(s);
+    if (rc == 0 && s->user)
+        rc = etcd_authenticate(s);
     if (rc == 0)
-        rc = call(&res, s, "/v3/kv/range",
-                  json_pack("{s:o, s:b}", "key", jkey(s, "seen/", ""), "count_only", 1),
+        rc = etcd_call(&res, s, "/v3/kv/range",
+                  json_pack("{s:o, s:b}", "key", etcd_jkey(s, "seen/", ""), "count_only", 1),
                   "connect");
     json_decref(res);
     free(s->parent.url_redacted);

@@ -7,7 +7,8 @@
  * Why it is safe on one host:
  *  - Every write runs in BEGIN IMMEDIATE, so the check-then-write of
  *    acquire is atomic across processes. Waiting for the write lock is
- *    bounded by the handle's timeout; the wait polls every 1-2 ms (SQLite's
+ *    bounded by the handle's timeout, once per call (all the statements of
+ *    a call share one deadline); the wait polls every 1-2 ms (SQLite's
  *    own busy handler backs off to 100 ms sleeps, which lets a process in a
  *    tight loop starve the others), which keeps the lock close to fair.
  *  - WAL with synchronous=FULL: a committed token is on disk before the
@@ -27,15 +28,33 @@
  *
  * The SQLite file must not be shared by several hosts (e.g. over NFS):
  * their boot ids and clocks differ and file locking there is unreliable.
+ *
+ * The file is input too: whoever can write it (or its directory) can forge
+ * leases, but must not be able to crash us, make us reissue a token, or
+ * make us write into a file that is not ours. So the store opens only a
+ * regular file that is not a symlink and is empty or starts with SQLite's
+ * header, never an in-memory database (it would forget its tokens), and
+ * range-checks every row it reads back (sqlite_row_* below).
  */
+#include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
+#include <unistd.h>
+#include <sys/stat.h>
 #include <sqlite3.h>
 
 #include "lease_int.h"
+
+/* SQLITE_OPEN_NOFOLLOW and SQLITE_CANTOPEN_SYMLINK came in SQLite 3.31. */
+#if SQLITE_VERSION_NUMBER < 3031000
+#error "the SQLite store needs SQLite 3.31 or newer (SQLITE_OPEN_NOFOLLOW)"
+#endif
 
 /*
  * PRAGMA user_version counts changes that an older build could not work
@@ -71,25 +90,32 @@ enum {
     ST_COUNT
 };
 
-/* "Is this row an unexpired lease?", on the store's clock. */
+/* "Is this row an unexpired lease?", on the store's clock. A TEXT expiry
+ * compares greater than any integer in SQLite: without the typeof() a
+ * forged 'abc' would be a lease that never ends. */
 #define ALIVE "(owner IS NOT NULL AND boot_id = lease_boot_id() " \
-              "AND expires_ms > lease_now_ms())"
+              "AND typeof(expires_ms) = 'integer' AND expires_ms > lease_now_ms())"
 
 /* The same, for the row of `lease l` in a join. */
 #define L_ALIVE "(l.owner IS NOT NULL AND l.boot_id = lease_boot_id() " \
-                "AND l.expires_ms > lease_now_ms())"
+                "AND typeof(l.expires_ms) = 'integer' AND l.expires_ms > lease_now_ms())"
+
+/* A lease row as it is stored, with the store's clock read in the same
+ * statement: sqlite_row_info() checks every column before trusting it
+ * (the file may have been written by anyone who can write it). */
+#define ROW_COLS "key, owner, label, token, expires_ms, ttl_ms, boot_id, lease_now_ms()"
 /* When the lease of `lease l` expires (expired), on the wall clock; 0 for
  * a row of an earlier boot, whose CLOCK_BOOTTIME cannot be converted. */
-#define WALL_EXPIRY "(CASE WHEN l.boot_id = lease_boot_id() THEN " \
+#define WALL_EXPIRY "(CASE WHEN l.boot_id = lease_boot_id() " \
+                    "AND typeof(l.expires_ms) = 'integer' " \
+                    "AND l.expires_ms BETWEEN 0 AND 4611686018427387903 THEN " \
                     "lease_wall_ms() - (lease_now_ms() - l.expires_ms) ELSE 0 END)"
 
 static const char *const sql[ST_COUNT] = {
     [ST_BEGIN] = "BEGIN IMMEDIATE",
     [ST_COMMIT] = "COMMIT",
     [ST_ROLLBACK] = "ROLLBACK",
-    [ST_ACQ_READ] =
-        "SELECT owner, label, token, expires_ms - lease_now_ms(), ttl_ms, "
-        ALIVE " FROM lease WHERE key = ?1",
+    [ST_ACQ_READ] = "SELECT " ROW_COLS " FROM lease WHERE key = ?1",
     [ST_ACQ_EXTEND] =
         "UPDATE lease SET expires_ms = lease_now_ms() + ?2, ttl_ms = ?2, "
         "label = ?3 WHERE key = ?1",
@@ -109,18 +135,18 @@ static const char *const sql[ST_COUNT] = {
     [ST_RELEASE] =
         "UPDATE lease SET owner = NULL, label = '', expires_ms = 0 "
         "WHERE key = ?1 AND owner = ?2 AND token = ?3",
-    [ST_INSPECT] =
-        "SELECT key, owner, label, token, expires_ms - lease_now_ms(), "
-        "ttl_ms, " ALIVE " FROM lease WHERE key = ?1",
+    [ST_INSPECT] = "SELECT " ROW_COLS " FROM lease WHERE key = ?1",
     /* Compare bytes, not LIKE patterns: a key may hold '%' or '_'. */
     [ST_LIST] =
-        "SELECT key, owner, label, token, expires_ms - lease_now_ms(), "
-        "ttl_ms, " ALIVE " FROM lease "
+        "SELECT " ROW_COLS " FROM lease "
         "WHERE substr(CAST(key AS BLOB), 1, ?2) = ?1 ORDER BY key",
+    /* A mark that is not a sound token is never raised over: the read
+     * that follows the refusal reports it as malformed. */
     [ST_FENCE_RAISE] =
         "INSERT INTO lease_fence (resource, mark) VALUES (?1, ?2) "
         "ON CONFLICT (resource) DO UPDATE SET mark = excluded.mark "
-        "WHERE lease_fence.mark <= excluded.mark RETURNING mark",
+        "WHERE typeof(lease_fence.mark) = 'integer' AND lease_fence.mark >= 1 "
+        "AND lease_fence.mark <= excluded.mark RETURNING mark",
     [ST_FENCE_MARK] = "SELECT mark FROM lease_fence WHERE resource = ?1",
     [ST_CHECK_HOLDER] =
         "SELECT 1 FROM lease WHERE key = ?1 AND owner = ?2 AND token = ?3 "
@@ -202,31 +228,44 @@ typedef struct {
     char path[PATH_MAX];
     char boot_id[64];
     uint64_t timeout_ms;
-    int64_t busy_since;
+    int64_t call_deadline; /* lease_clock_ns() at which this call gives up */
 } sqlite_store;
 
+/* Every operation (and the open) starts here: the busy waits of all its
+ * statements together end at one deadline, so a call that meets the lock
+ * several times still ends within the handle's timeout. */
+static void sqlite_call_start(sqlite_store *s)
+{
+    s->call_deadline = lease_clock_ns() + (int64_t)s->timeout_ms * 1000000;
+}
+
 /* Called by SQLite while the lock is taken: wait 1-2 ms and try again,
- * until the handle's timeout has passed since the first call. */
-static int busy_handler(void *arg, int count)
+ * until the call's deadline. */
+static int sqlite_busy_handler(void *arg, int count)
 {
     sqlite_store *s = arg;
-    int64_t now = lease_clock_ns();
+    int64_t left = s->call_deadline - lease_clock_ns();
+    int64_t pause = 1000000 + (int64_t)(lease__random_u64() % 1000000);
 
-    if (count == 0)
-        s->busy_since = now;
-    if (now - s->busy_since >= (int64_t)s->timeout_ms * 1000000)
+    (void)count;
+    if (left <= 0)
         return 0;
-    lease__sleep_ns(1000000 + (int64_t)(lease__random_u64() % 1000000));
+    lease__sleep_ns(pause < left ? pause : left);
     return 1;
 }
 
-static int fail(sqlite_store *s, const char *what)
+static int sqlite_fail(sqlite_store *s, const char *what)
 {
+    if ((sqlite3_extended_errcode(s->db) & 0xff) == SQLITE_BUSY)
+        return lease__seterr(LEASE_ESTORE,
+                             "sqlite %s (%s): another process held the "
+                             "database's lock for the whole timeout (%llu ms)",
+                             what, s->path, (unsigned long long)s->timeout_ms);
     return lease__seterr(LEASE_ESTORE, "sqlite %s (%s): %s", what, s->path,
                          sqlite3_errmsg(s->db));
 }
 
-static void now_ms_fn(sqlite3_context *ctx, int argc, sqlite3_value **argv)
+static void sqlite_now_ms_fn(sqlite3_context *ctx, int argc, sqlite3_value **argv)
 {
     (void)argc;
     (void)argv;
@@ -234,7 +273,7 @@ static void now_ms_fn(sqlite3_context *ctx, int argc, sqlite3_value **argv)
 }
 
 /* Wall-clock time for the history, which people read next to other logs. */
-static void wall_ms_fn(sqlite3_context *ctx, int argc, sqlite3_value **argv)
+static void sqlite_wall_ms_fn(sqlite3_context *ctx, int argc, sqlite3_value **argv)
 {
     struct timespec ts;
 
@@ -244,7 +283,7 @@ static void wall_ms_fn(sqlite3_context *ctx, int argc, sqlite3_value **argv)
     sqlite3_result_int64(ctx, (sqlite3_int64)ts.tv_sec * 1000 + ts.tv_nsec / 1000000);
 }
 
-static void boot_id_fn(sqlite3_context *ctx, int argc, sqlite3_value **argv)
+static void sqlite_boot_id_fn(sqlite3_context *ctx, int argc, sqlite3_value **argv)
 {
     sqlite_store *s = sqlite3_user_data(ctx);
 
@@ -253,9 +292,9 @@ static void boot_id_fn(sqlite3_context *ctx, int argc, sqlite3_value **argv)
     sqlite3_result_text(ctx, s->boot_id, -1, SQLITE_STATIC);
 }
 
-static int read_boot_id(sqlite_store *s)
+static int sqlite_read_boot_id(sqlite_store *s)
 {
-    FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+    FILE *f = fopen("/proc/sys/kernel/random/boot_id", "re");
     size_t n;
 
     if (f == NULL)
@@ -272,7 +311,7 @@ static int read_boot_id(sqlite_store *s)
     return 0;
 }
 
-static sqlite3_stmt *stmt(sqlite_store *s, int which)
+static sqlite3_stmt *sqlite_stmt(sqlite_store *s, int which)
 {
     sqlite3_stmt *st = s->st[which];
 
@@ -282,30 +321,30 @@ static sqlite3_stmt *stmt(sqlite_store *s, int which)
 }
 
 /* Run a statement, already bound, whose rows do not matter. */
-static int exec_st(sqlite_store *s, int which, const char *what)
+static int sqlite_exec_st(sqlite_store *s, int which, const char *what)
 {
     int rc = sqlite3_step(s->st[which]);
 
     sqlite3_reset(s->st[which]);
-    return rc == SQLITE_DONE || rc == SQLITE_ROW ? 0 : fail(s, what);
+    return rc == SQLITE_DONE || rc == SQLITE_ROW ? 0 : sqlite_fail(s, what);
 }
 
-static int begin(sqlite_store *s)
+static int sqlite_begin(sqlite_store *s)
 {
-    return exec_st(s, ST_BEGIN, "begin");
+    return sqlite_exec_st(s, ST_BEGIN, "begin");
 }
 
-static int commit(sqlite_store *s)
+static int sqlite_commit(sqlite_store *s)
 {
-    int rc = exec_st(s, ST_COMMIT, "commit");
+    int rc = sqlite_exec_st(s, ST_COMMIT, "commit");
 
     if (rc < 0 && !sqlite3_get_autocommit(s->db))
-        exec_st(s, ST_ROLLBACK, "rollback");
+        sqlite_exec_st(s, ST_ROLLBACK, "rollback");
     return rc;
 }
 
 /* Roll back and pass `rc` through; keeps the first error's message. */
-static int rollback(sqlite_store *s, int rc)
+static int sqlite_rollback(sqlite_store *s, int rc)
 {
     if (!sqlite3_get_autocommit(s->db)) {
         sqlite3_reset(s->st[ST_ROLLBACK]);
@@ -315,34 +354,171 @@ static int rollback(sqlite_store *s, int rc)
     return rc;
 }
 
-static void col_text(char *dst, size_t size, sqlite3_stmt *st, int col)
-{
-    const unsigned char *t = sqlite3_column_text(st, col);
+/* The greatest ttl any handle may grant (lease_store_set_ttl_max's cap). */
+#define SQLITE_TTL_MAX_MS ((int64_t)(INT64_MAX / 1000000))
 
-    lease__strlcpy(dst, t ? (const char *)t : "", size);
+/* Where a malformed value was read, for the message. */
+typedef struct {
+    sqlite_store *s;
+    const char *table;
+    const char *key; /* the row's key once it is known to be sound */
+} sqlite_rowctx;
+
+static int sqlite_bad_row(const sqlite_rowctx *r, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* A malformed row is LEASE_ESTORE naming what was wrong, never a value
+ * guessed from it: a token read as 0 would be issued again. */
+static int sqlite_bad_row(const sqlite_rowctx *r, const char *fmt, ...)
+{
+    char what[200];
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof(what), fmt, ap);
+    va_end(ap);
+    if (r->key)
+        return lease__seterr(LEASE_ESTORE,
+                             "sqlite store %s: malformed row of '%s' in table %s: %s",
+                             r->s->path, r->key, r->table, what);
+    return lease__seterr(LEASE_ESTORE, "sqlite store %s: malformed row in table %s: %s",
+                         r->s->path, r->table, what);
 }
 
-static uint64_t col_u64(sqlite3_stmt *st, int col)
+static const char *sqlite_type_name(int type)
 {
-    sqlite3_int64 v = sqlite3_column_int64(st, col);
-
-    return v > 0 ? (uint64_t)v : 0;
+    switch (type) {
+    case SQLITE_INTEGER:
+        return "an integer";
+    case SQLITE_FLOAT:
+        return "a real number";
+    case SQLITE_TEXT:
+        return "text";
+    case SQLITE_BLOB:
+        return "a blob";
+    default:
+        return "NULL";
+    }
 }
 
-/* Columns: key, owner, label, token, remaining, ttl, alive. */
-static void row_info(lease_info *out, sqlite3_stmt *st)
+/* Column `col` as an INTEGER in [min, max]; SQLite's affinity would
+ * otherwise read 'abc' or 2.5 or NULL as some integer. */
+static int sqlite_col_int(int64_t *out, const sqlite_rowctx *r, sqlite3_stmt *st,
+                          int col, const char *name, int64_t min, int64_t max)
 {
+    int type = sqlite3_column_type(st, col);
+
+    if (type != SQLITE_INTEGER)
+        return sqlite_bad_row(r, "%s is %s, not an integer", name,
+                              sqlite_type_name(type));
+    *out = sqlite3_column_int64(st, col);
+    if (*out < min || *out > max)
+        return sqlite_bad_row(r, "%s %lld is out of range [%lld, %lld]", name,
+                              (long long)*out, (long long)min, (long long)max);
+    return 0;
+}
+
+/* Column `col` as TEXT of at most `max` bytes without NUL, into dst (of
+ * max + 1 bytes); NULL reads as "" when null_ok. Never truncated: a key or
+ * label cut short would name another lease. */
+static int sqlite_col_text(char *dst, size_t max, const sqlite_rowctx *r,
+                           sqlite3_stmt *st, int col, const char *name, int null_ok)
+{
+    int type = sqlite3_column_type(st, col);
+    const unsigned char *t;
+    size_t n;
+
+    dst[0] = '\0';
+    if (type == SQLITE_NULL && null_ok)
+        return 0;
+    if (type != SQLITE_TEXT)
+        return sqlite_bad_row(r, "%s is %s, not text", name, sqlite_type_name(type));
+    t = sqlite3_column_text(st, col);
+    n = (size_t)sqlite3_column_bytes(st, col);
+    if (t == NULL)
+        return lease__seterr(LEASE_ENOMEM, "out of memory reading %s", name);
+    if (n > max)
+        return sqlite_bad_row(r, "%s is %zu bytes long, more than %zu", name, n, max);
+    if (memchr(t, '\0', n) != NULL)
+        return sqlite_bad_row(r, "%s holds a NUL byte", name);
+    memcpy(dst, t, n);
+    dst[n] = '\0';
+    return 0;
+}
+
+/* The owner column: NULL (free) when null_ok, else a UUID. */
+static int sqlite_col_owner(char *dst, const sqlite_rowctx *r, sqlite3_stmt *st,
+                            int col, int null_ok)
+{
+    int rc = sqlite_col_text(dst, LEASE_OWNER_LEN, r, st, col, "owner", null_ok);
+
+    if (rc == 0 && sqlite3_column_type(st, col) != SQLITE_NULL &&
+        !lease_owner_valid(dst))
+        return sqlite_bad_row(r, "owner is not a UUID");
+    return rc;
+}
+
+/* A fencing token or mark: 1 .. LEASE__TOKEN_MAX. */
+static int sqlite_col_token(uint64_t *out, const sqlite_rowctx *r, sqlite3_stmt *st,
+                            int col, const char *name)
+{
+    int64_t v;
+    int rc = sqlite_col_int(&v, r, st, col, name, 1, (int64_t)LEASE__TOKEN_MAX);
+
+    *out = rc == 0 ? (uint64_t)v : 0;
+    return rc;
+}
+
+/* Whether a row whose columns are sound is a live lease, and its times. */
+static int sqlite_row_times(lease_info *out, const sqlite_rowctx *r, sqlite3_stmt *st)
+{
+    int64_t expires, ttl, now = sqlite3_column_int64(st, 7);
+    const unsigned char *boot;
+    int rc;
+
+    if ((rc = sqlite_col_int(&expires, r, st, 4, "expires_ms", INT64_MIN, INT64_MAX)) < 0 ||
+        (rc = sqlite_col_int(&ttl, r, st, 5, "ttl_ms", 0, SQLITE_TTL_MAX_MS)) < 0)
+        return rc;
+    if (sqlite3_column_type(st, 6) != SQLITE_TEXT)
+        return sqlite_bad_row(r, "boot_id is %s, not text",
+                              sqlite_type_name(sqlite3_column_type(st, 6)));
+    boot = sqlite3_column_text(st, 6);
+    out->held = out->owner[0] != '\0' && boot != NULL &&
+                strcmp((const char *)boot, r->s->boot_id) == 0 && expires > now;
+    if (!out->held)
+        return 0;
+    /* now >= 0 (CLOCK_BOOTTIME) and expires > now: no overflow. A lease
+     * always ends within its ttl of the store's clock; one that ends later
+     * was not written by a lease store. */
+    if (ttl < 1 || expires - now > ttl)
+        return sqlite_bad_row(r, "the lease ends in %lld ms, beyond its ttl_ms of %lld",
+                              (long long)(expires - now), (long long)ttl);
+    out->remaining_ms = (uint64_t)(expires - now);
+    out->ttl_ms = (uint64_t)ttl;
+    return 0;
+}
+
+/* Columns ROW_COLS: key, owner, label, token, expires_ms, ttl_ms,
+ * boot_id, now. */
+static int sqlite_row_info(lease_info *out, sqlite_store *s, sqlite3_stmt *st)
+{
+    sqlite_rowctx r = { s, "lease", NULL };
+    int rc;
+
     memset(out, 0, sizeof(*out));
-    col_text(out->key, sizeof(out->key), st, 0);
-    col_text(out->owner, sizeof(out->owner), st, 1);
-    col_text(out->label, sizeof(out->label), st, 2);
-    out->token = col_u64(st, 3);
-    out->held = sqlite3_column_int(st, 6) != 0;
-    out->remaining_ms = out->held ? col_u64(st, 4) : 0;
-    out->ttl_ms = out->held ? col_u64(st, 5) : 0;
+    if ((rc = sqlite_col_text(out->key, LEASE_KEY_MAX, &r, st, 0, "key", 0)) < 0)
+        return rc;
+    if (out->key[0] == '\0')
+        return sqlite_bad_row(&r, "key is empty");
+    r.key = out->key;
+    if ((rc = sqlite_col_owner(out->owner, &r, st, 1, 1)) < 0 ||
+        (rc = sqlite_col_text(out->label, LEASE_LABEL_MAX, &r, st, 2, "label", 0)) < 0 ||
+        (rc = sqlite_col_token(&out->token, &r, st, 3, "token")) < 0)
+        return rc;
+    return sqlite_row_times(out, &r, st);
 }
 
-static int user_version(sqlite_store *s, int *version)
+static int sqlite_user_version(sqlite_store *s, int *version)
 {
     sqlite3_stmt *st;
     int rc = sqlite3_prepare_v2(s->db, "PRAGMA user_version", -1, &st, NULL);
@@ -350,11 +526,11 @@ static int user_version(sqlite_store *s, int *version)
     if (rc == SQLITE_OK && (rc = sqlite3_step(st)) == SQLITE_ROW)
         *version = sqlite3_column_int(st, 0);
     sqlite3_finalize(st);
-    return rc == SQLITE_ROW ? 0 : fail(s, "read schema version");
+    return rc == SQLITE_ROW ? 0 : sqlite_fail(s, "read schema version");
 }
 
 /* Does the table exist? A read: no write lock for an up-to-date file. */
-static int has_table(sqlite_store *s, const char *name, int *yes)
+static int sqlite_has_table(sqlite_store *s, const char *name, int *yes)
 {
     sqlite3_stmt *st;
     int rc = sqlite3_prepare_v2(s->db, "SELECT 1 FROM sqlite_master WHERE "
@@ -366,41 +542,40 @@ static int has_table(sqlite_store *s, const char *name, int *yes)
         *yes = rc == SQLITE_ROW;
     }
     sqlite3_finalize(st);
-    return rc == SQLITE_ROW || rc == SQLITE_DONE ? 0 : fail(s, "read the schema");
+    return rc == SQLITE_ROW || rc == SQLITE_DONE ? 0 : sqlite_fail(s, "read the schema");
 }
 
-static int setup(sqlite_store *s, const char *synchronous, uint64_t timeout_ms)
+static int sqlite_setup(sqlite_store *s, const char *synchronous)
 {
     char pragmas[128];
     int version = 0, history = 0, rc, i;
 
     sqlite3_extended_result_codes(s->db, 1);
-    s->timeout_ms = timeout_ms;
-    sqlite3_busy_handler(s->db, busy_handler, s);
+    sqlite3_busy_handler(s->db, sqlite_busy_handler, s);
     if (sqlite3_create_function(s->db, "lease_now_ms", 0, SQLITE_UTF8, NULL,
-                                now_ms_fn, NULL, NULL) != SQLITE_OK ||
+                                sqlite_now_ms_fn, NULL, NULL) != SQLITE_OK ||
         sqlite3_create_function(s->db, "lease_wall_ms", 0, SQLITE_UTF8, NULL,
-                                wall_ms_fn, NULL, NULL) != SQLITE_OK ||
+                                sqlite_wall_ms_fn, NULL, NULL) != SQLITE_OK ||
         sqlite3_create_function(s->db, "lease_boot_id", 0, SQLITE_UTF8, s,
-                                boot_id_fn, NULL, NULL) != SQLITE_OK)
-        return fail(s, "create functions");
+                                sqlite_boot_id_fn, NULL, NULL) != SQLITE_OK)
+        return sqlite_fail(s, "create functions");
     /* journal_mode=WAL is a property of the file: switching to it needs the
      * write lock once (the busy timeout lets many first openers queue);
      * once the file is in WAL mode this reads only. */
     snprintf(pragmas, sizeof(pragmas),
              "PRAGMA journal_mode=WAL; PRAGMA synchronous=%s;", synchronous);
     if (sqlite3_exec(s->db, pragmas, NULL, NULL, NULL) != SQLITE_OK)
-        return fail(s, "set journal mode");
+        return sqlite_fail(s, "set journal mode");
 
     /* Read the version first: an open of an up-to-date file (every open
      * but the first) takes no write lock, so it is not held up by writers. */
-    if ((rc = user_version(s, &version)) < 0 ||
-        (rc = has_table(s, "lease_history", &history)) < 0)
+    if ((rc = sqlite_user_version(s, &version)) < 0 ||
+        (rc = sqlite_has_table(s, "lease_history", &history)) < 0)
         return rc;
     if (version < SCHEMA_VERSION || !history) {
         if (sqlite3_exec(s->db, "BEGIN IMMEDIATE", NULL, NULL, NULL) != SQLITE_OK)
-            return fail(s, "open schema transaction");
-        if ((rc = user_version(s, &version)) < 0) {
+            return sqlite_fail(s, "open schema transaction");
+        if ((rc = sqlite_user_version(s, &version)) < 0) {
             sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
             return rc;
         }
@@ -408,12 +583,12 @@ static int setup(sqlite_store *s, const char *synchronous, uint64_t timeout_ms)
              (sqlite3_exec(s->db, schema_v1, NULL, NULL, NULL) != SQLITE_OK ||
               sqlite3_exec(s->db, "PRAGMA user_version = 1", NULL, NULL, NULL) != SQLITE_OK)) ||
             sqlite3_exec(s->db, schema_history, NULL, NULL, NULL) != SQLITE_OK) {
-            rc = fail(s, "create schema");
+            rc = sqlite_fail(s, "create schema");
             sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
             return rc;
         }
         if (sqlite3_exec(s->db, "COMMIT", NULL, NULL, NULL) != SQLITE_OK) {
-            rc = fail(s, "commit schema");
+            rc = sqlite_fail(s, "commit schema");
             sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
             return rc;
         }
@@ -426,7 +601,7 @@ static int setup(sqlite_store *s, const char *synchronous, uint64_t timeout_ms)
     for (i = 0; i < ST_COUNT; i++)
         if (sqlite3_prepare_v3(s->db, sql[i], -1, SQLITE_PREPARE_PERSISTENT,
                                &s->st[i], NULL) != SQLITE_OK)
-            return fail(s, "prepare");
+            return sqlite_fail(s, "prepare");
     return 0;
 }
 
@@ -441,67 +616,235 @@ static void sqlite_close(lease_store *base)
     free(s);
 }
 
-static int sqlite_open(lease_store **out, const char *url, uint64_t timeout_ms)
+#define SQLITE_MEMORY_REFUSED \
+    "an in-memory SQLite database is refused: a lease store that forgets " \
+    "its tokens when the process exits would issue them again; name a file, " \
+    "e.g. sqlite:///var/lib/app/lease.db"
+
+/* The URL's path and parameters. Refused: in-memory databases (and
+ * sqlite:///:memory:, which other URL readers such as SQLAlchemy take for
+ * one), and names SQLite would read as URI filenames (this libsqlite3 may
+ * be built with SQLITE_USE_URI): their parameters mode=memory, nolock=1,
+ * immutable=1 or vfs= would each break a guarantee of the store. */
+static int sqlite_check_url(const lease__url *u)
+{
+    size_t i;
+
+    if (strcmp(u->hosts, ":memory:") == 0 || strcmp(u->path, ":memory:") == 0 ||
+        strcmp(u->path, "/:memory:") == 0 ||
+        (strncasecmp(u->path, "file:", 5) == 0 &&
+         (strstr(u->path, ":memory:") || strstr(u->path, "mode=memory"))))
+        return lease__seterr(LEASE_EINVALID, SQLITE_MEMORY_REFUSED);
+    for (i = 0; i < u->nparams; i++)
+        if (strcmp(u->params[i].name, "mode") == 0 &&
+            strcasecmp(u->params[i].value, "memory") == 0)
+            return lease__seterr(LEASE_EINVALID, SQLITE_MEMORY_REFUSED);
+    if (u->user != NULL || u->password != NULL)
+        return lease__seterr(LEASE_EINVALID,
+                             "a sqlite URL has no user or password: the file's "
+                             "permissions are what protects it");
+    if (u->hosts[0] != '\0')
+        return lease__seterr(LEASE_EINVALID,
+                             "a sqlite URL names a file, not a host: use "
+                             "sqlite:relative/path.db or sqlite:///absolute/path.db");
+    if (u->path[0] == '\0')
+        return lease__seterr(LEASE_EINVALID,
+                             "a sqlite URL needs the path of a file, e.g. "
+                             "sqlite:relative/path.db or sqlite:///absolute/path.db "
+                             "(SQLite reads an empty name as a temporary database)");
+    if (strlen(u->path) >= PATH_MAX)
+        return lease__seterr(LEASE_EINVALID, "the sqlite URL's path is too long");
+    if (strncasecmp(u->path, "file:", 5) == 0)
+        return lease__seterr(LEASE_EINVALID,
+                             "SQLite URI filenames (file:...) are refused: their "
+                             "parameters (mode, nolock, immutable, vfs) could break "
+                             "the store; write the path itself (./file:... for a "
+                             "file whose name starts with 'file:')");
+    for (i = 0; i < u->nparams; i++)
+        if (strcmp(u->params[i].name, "synchronous") != 0)
+            return lease__seterr(LEASE_EINVALID, "unknown sqlite URL parameter '%s'",
+                                 u->params[i].name);
+    return 0;
+}
+
+/* The file's path into path[PATH_MAX] and the synchronous= level. */
+static int sqlite_parse_url(char *path, const char **sync, const char *url)
 {
     lease__url u;
-    sqlite_store *s;
-    const char *sync;
+    const char *v;
     int rc;
 
     if ((rc = lease__url_parse(&u, url)) < 0)
         return rc;
-    if (u.hosts[0] != '\0') {
+    if ((rc = sqlite_check_url(&u)) < 0) {
         lease__url_free(&u);
-        return lease__seterr(LEASE_EINVALID,
-                             "a sqlite URL names a file, not a host: use "
-                             "sqlite:relative/path.db or sqlite:///absolute/path.db");
+        return rc;
     }
-    if (u.path[0] == '\0' || strlen(u.path) >= PATH_MAX) {
-        lease__url_free(&u);
-        return lease__seterr(LEASE_EINVALID, "sqlite URL has no usable path");
-    }
-    sync = lease__url_param(&u, "synchronous");
-    if (sync == NULL)
-        sync = "FULL";
-    else if (strcasecmp(sync, "full") == 0)
-        sync = "FULL";
-    else if (strcasecmp(sync, "extra") == 0)
-        sync = "EXTRA";
-    else if (strcasecmp(sync, "normal") == 0)
-        sync = "NORMAL";
-    else {
-        lease__url_free(&u);
-        return lease__seterr(LEASE_EINVALID,
-                             "sqlite synchronous= must be full, extra or normal");
-    }
-    for (size_t i = 0; i < u.nparams; i++)
-        if (strcmp(u.params[i].name, "synchronous") != 0) {
-            rc = lease__seterr(LEASE_EINVALID, "unknown sqlite URL parameter '%s'",
-                               u.params[i].name);
-            lease__url_free(&u);
-            return rc;
-        }
-    if ((s = calloc(1, sizeof(*s))) == NULL) {
-        lease__url_free(&u);
-        return lease__seterr(LEASE_ENOMEM, "out of memory");
-    }
-    lease__strlcpy(s->path, u.path, sizeof(s->path));
+    v = lease__url_param(&u, "synchronous");
+    if (v == NULL || strcasecmp(v, "full") == 0)
+        *sync = "FULL";
+    else if (strcasecmp(v, "extra") == 0)
+        *sync = "EXTRA";
+    else if (strcasecmp(v, "normal") == 0)
+        *sync = "NORMAL";
+    else
+        rc = lease__seterr(LEASE_EINVALID,
+                           "sqlite synchronous= must be full, extra or normal");
+    lease__strlcpy(path, u.path, PATH_MAX);
     lease__url_free(&u);
-    if ((rc = read_boot_id(s)) < 0) {
+    return rc;
+}
+
+/* `path` (shown as `shown`) absent (*exists 0) or a regular file that is
+ * not a symlink. */
+static int sqlite_check_entry(int *exists, const char *shown, const char *path)
+{
+    struct stat st;
+
+    *exists = 0;
+    if (lstat(path, &st) != 0) {
+        if (errno == ENOENT)
+            return 0;
+        return lease__seterr(LEASE_ESTORE, "cannot open sqlite store %s: %s",
+                             shown, strerror(errno));
+    }
+    *exists = 1;
+    if (S_ISLNK(st.st_mode))
+        return lease__seterr(LEASE_ESTORE,
+                             "sqlite store %s is a symbolic link: refused (a planted "
+                             "link would make the store write into another file); "
+                             "name the file itself", shown);
+    if (!S_ISREG(st.st_mode))
+        return lease__seterr(LEASE_ESTORE, "sqlite store %s is not a regular file",
+                             shown);
+    return 0;
+}
+
+/* The file to hand SQLite: its directory resolved (a symlinked directory
+ * such as /var/run is fine: who can swap it can write the directory
+ * anyway), the last component kept, so SQLITE_OPEN_NOFOLLOW, which also
+ * refuses symlinks among the directories, only meets the file itself. */
+static int sqlite_resolve_path(char *out, const char *path)
+{
+    char dir[PATH_MAX], real[PATH_MAX];
+    const char *slash = strrchr(path, '/'), *base = slash ? slash + 1 : path;
+
+    if (*base == '\0' || strcmp(base, ".") == 0 || strcmp(base, "..") == 0)
+        return lease__seterr(LEASE_EINVALID,
+                             "sqlite store %s names a directory, not a file", path);
+    if (slash == NULL)
+        strcpy(dir, ".");
+    else if (slash == path)
+        strcpy(dir, "/");
+    else
+        snprintf(dir, sizeof(dir), "%.*s", (int)(slash - path), path);
+    if (realpath(dir, real) == NULL)
+        return lease__seterr(LEASE_ESTORE, "cannot open sqlite store %s: %s: %s",
+                             path, dir, strerror(errno));
+    if (snprintf(out, PATH_MAX, "%s/%s", strcmp(real, "/") == 0 ? "" : real,
+                 base) >= PATH_MAX)
+        return lease__seterr(LEASE_EINVALID, "sqlite store %s: path too long", path);
+    return 0;
+}
+
+/*
+ * Make `file` (resolved) ready for SQLite: absent, it is created 0600 (its
+ * -wal, -shm and -journal files then get the same mode: SQLite gives them
+ * the mode, and as root the owner, of the database file); present, it must
+ * be a regular file, not a symlink, and so must the side files. SQLite
+ * itself opens all of them with O_NOFOLLOW. What remains: whoever can write
+ * the directory can replace the file by another regular file between these
+ * checks and SQLite's open; sqlite_check_header() then reads through
+ * SQLite's own descriptor, so a foreign file is still refused unwritten.
+ */
+static int sqlite_prepare_file(const char *shown, const char *file)
+{
+    static const char *const side[] = { "-wal", "-shm", "-journal" };
+    char other[PATH_MAX + 16];
+    int exists, rc, fd;
+    size_t i;
+
+    if ((rc = sqlite_check_entry(&exists, shown, file)) < 0)
+        return rc;
+    if (!exists) {
+        /* O_EXCL | O_NOFOLLOW: a link planted meanwhile is not followed.
+         * Closing at once is safe for SQLite's POSIX locks, which any
+         * close() of the file drops: a file this call just created holds
+         * none of this process yet. */
+        fd = open(file, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+        if (fd < 0 && errno != EEXIST)
+            return lease__seterr(LEASE_ESTORE, "cannot create sqlite store %s: %s",
+                                 shown, strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        if ((rc = sqlite_check_entry(&exists, shown, file)) < 0)
+            return rc;
+    }
+    for (i = 0; i < sizeof(side) / sizeof(side[0]); i++) {
+        snprintf(other, sizeof(other), "%s%s", file, side[i]);
+        if ((rc = sqlite_check_entry(&exists, other, other)) < 0)
+            return rc;
+    }
+    return 0;
+}
+
+/* SQLite's own header check, made before any statement can write: a
+ * non-empty file that does not start with "SQLite format 3\0" is refused.
+ * Read through SQLite's descriptor, so the file checked is the file that
+ * would be written. */
+static int sqlite_check_header(sqlite_store *s)
+{
+    static const char magic[16] = "SQLite format 3";
+    sqlite3_file *f = NULL;
+    sqlite3_int64 size = 0;
+    char head[16];
+
+    if (sqlite3_file_control(s->db, "main", SQLITE_FCNTL_FILE_POINTER, &f) != SQLITE_OK ||
+        f == NULL || f->pMethods == NULL || f->pMethods->xFileSize(f, &size) != SQLITE_OK)
+        return lease__seterr(LEASE_ESTORE, "cannot open sqlite store %s: "
+                             "cannot read its size", s->path);
+    if (size == 0)
+        return 0;
+    if (size < (sqlite3_int64)sizeof(head) ||
+        f->pMethods->xRead(f, head, (int)sizeof(head), 0) != SQLITE_OK ||
+        memcmp(head, magic, sizeof(head)) != 0)
+        return lease__seterr(LEASE_ESTORE,
+                             "sqlite store %s is not an SQLite database (it does not "
+                             "start with \"SQLite format 3\"): refused, nothing was "
+                             "written to it", s->path);
+    return 0;
+}
+
+static int sqlite_open(lease_store **out, const char *url, uint64_t timeout_ms)
+{
+    char file[PATH_MAX];
+    const char *sync = "FULL";
+    sqlite_store *s;
+    int rc;
+
+    if ((s = calloc(1, sizeof(*s))) == NULL)
+        return lease__seterr(LEASE_ENOMEM, "out of memory");
+    if ((rc = sqlite_parse_url(s->path, &sync, url)) < 0 ||
+        (rc = sqlite_resolve_path(file, s->path)) < 0 ||
+        (rc = sqlite_read_boot_id(s)) < 0 || (rc = sqlite_prepare_file(s->path, file)) < 0) {
         free(s);
         return rc;
     }
-    if (sqlite3_open_v2(s->path, &s->db,
-                        SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE |
-                            SQLITE_OPEN_NOMUTEX,
-                        NULL) != SQLITE_OK) {
-        rc = lease__seterr(LEASE_ESTORE, "cannot open sqlite store %s: %s",
-                           s->path,
-                           s->db ? sqlite3_errmsg(s->db) : "out of memory");
+    /* The whole open (its lock waits included) is one call. */
+    s->timeout_ms = timeout_ms;
+    sqlite_call_start(s);
+    if (sqlite3_open_v2(file, &s->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOFOLLOW |
+                                          SQLITE_OPEN_NOMUTEX, NULL) != SQLITE_OK) {
+        if (s->db && sqlite3_extended_errcode(s->db) == SQLITE_CANTOPEN_SYMLINK)
+            rc = lease__seterr(LEASE_ESTORE, "sqlite store %s became a symbolic "
+                               "link while it was opened: refused", s->path);
+        else
+            rc = lease__seterr(LEASE_ESTORE, "cannot open sqlite store %s: %s", s->path,
+                               s->db ? sqlite3_errmsg(s->db) : "out of memory");
         sqlite_close(&s->parent);
         return rc;
     }
-    if ((rc = setup(s, sync, timeout_ms)) < 0) {
+    if ((rc = sqlite_check_header(s)) < 0 || (rc = sqlite_setup(s, sync)) < 0) {
         sqlite_close(&s->parent);
         return rc;
     }
@@ -517,96 +860,103 @@ static int sqlite_set_timeout(lease_store *base, uint64_t timeout_ms)
     return 0;
 }
 
-static int sqlite_acquire(lease_grant *out, lease_info *holder,
-                          lease_store *base, const lease_request *req)
+/* The holder retried its own acquire (its answer was lost): same token,
+ * expiry anew, so the holder's new local deadline is covered. */
+static int sqlite_acquire_extend(lease_grant *out, sqlite_store *s,
+                                 const lease_request *req, uint64_t token)
 {
-    sqlite_store *s = (sqlite_store *)base;
-    sqlite3_stmt *st;
-    uint64_t token = 0;
-    int rc, step;
+    sqlite3_stmt *st = sqlite_stmt(s, ST_ACQ_EXTEND);
+    int rc;
 
-    if ((rc = begin(s)) < 0)
-        return rc;
-    st = stmt(s, ST_ACQ_READ);
     sqlite3_bind_text(st, 1, req->key, -1, SQLITE_STATIC);
-    step = sqlite3_step(st);
-    if (step == SQLITE_ROW) {
-        int alive = sqlite3_column_int(st, 5);
-        const unsigned char *owner = sqlite3_column_text(st, 0);
+    sqlite3_bind_int64(st, 2, (sqlite3_int64)req->ttl_ms);
+    sqlite3_bind_text(st, 3, req->label, -1, SQLITE_STATIC);
+    if ((rc = sqlite_exec_st(s, ST_ACQ_EXTEND, "acquire")) < 0)
+        return sqlite_rollback(s, rc);
+    if ((rc = sqlite_commit(s)) < 0)
+        return rc;
+    out->token = token;
+    out->ttl_ms = req->ttl_ms;
+    return 0;
+}
 
-        token = col_u64(st, 2);
-        if (alive && owner && strcmp((const char *)owner, req->owner) == 0) {
-            /* A retried acquire by the holder: same token, expiry anew,
-             * so the holder's new local deadline is covered. */
-            sqlite3_reset(st);
-            st = stmt(s, ST_ACQ_EXTEND);
-            sqlite3_bind_text(st, 1, req->key, -1, SQLITE_STATIC);
-            sqlite3_bind_int64(st, 2, (sqlite3_int64)req->ttl_ms);
-            sqlite3_bind_text(st, 3, req->label, -1, SQLITE_STATIC);
-            if ((rc = exec_st(s, ST_ACQ_EXTEND, "acquire")) < 0)
-                return rollback(s, rc);
-            if ((rc = commit(s)) < 0)
-                return rc;
-            out->token = token;
-            out->ttl_ms = req->ttl_ms;
-            return 0;
-        }
-        if (alive) {
-            memset(holder, 0, sizeof(*holder));
-            lease__strlcpy(holder->key, req->key, sizeof(holder->key));
-            col_text(holder->owner, sizeof(holder->owner), st, 0);
-            col_text(holder->label, sizeof(holder->label), st, 1);
-            holder->token = token;
-            holder->held = 1;
-            holder->remaining_ms = col_u64(st, 3);
-            holder->ttl_ms = col_u64(st, 4);
-            sqlite3_reset(st);
-            return rollback(s, LEASE_EBUSY);
-        }
-    } else if (step != SQLITE_DONE) {
-        rc = fail(s, "acquire");
-        sqlite3_reset(st);
-        return rollback(s, rc);
-    }
-    sqlite3_reset(st);
+/* A new grant with token + 1 and its history entry, in the open
+ * transaction; `token` is the key's last one (0 for a new key). */
+static int sqlite_acquire_grant(lease_grant *out, sqlite_store *s,
+                                const lease_request *req, uint64_t token)
+{
+    sqlite3_stmt *st;
+    int rc;
+
     if (token >= LEASE__TOKEN_MAX)
-        return rollback(s, lease__seterr(LEASE_ESTORE,
+        return sqlite_rollback(s, lease__seterr(LEASE_ESTORE,
                                          "token counter of '%s' is exhausted",
                                          req->key));
     /* The previous grant, if it did not end otherwise, expired. */
-    st = stmt(s, ST_HIST_EXPIRE);
+    st = sqlite_stmt(s, ST_HIST_EXPIRE);
     sqlite3_bind_text(st, 1, req->key, -1, SQLITE_STATIC);
     sqlite3_bind_int64(st, 2, (sqlite3_int64)token);
-    if ((rc = exec_st(s, ST_HIST_EXPIRE, "acquire")) < 0)
-        return rollback(s, rc);
-    st = stmt(s, ST_ACQ_GRANT);
+    if ((rc = sqlite_exec_st(s, ST_HIST_EXPIRE, "acquire")) < 0)
+        return sqlite_rollback(s, rc);
+    st = sqlite_stmt(s, ST_ACQ_GRANT);
     sqlite3_bind_text(st, 1, req->key, -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 2, req->owner, -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 3, req->label, -1, SQLITE_STATIC);
     sqlite3_bind_int64(st, 4, (sqlite3_int64)(token + 1));
     sqlite3_bind_int64(st, 5, (sqlite3_int64)req->ttl_ms);
-    if ((rc = exec_st(s, ST_ACQ_GRANT, "acquire")) < 0)
-        return rollback(s, rc);
-    st = stmt(s, ST_HIST_ADD);
+    if ((rc = sqlite_exec_st(s, ST_ACQ_GRANT, "acquire")) < 0)
+        return sqlite_rollback(s, rc);
+    st = sqlite_stmt(s, ST_HIST_ADD);
     sqlite3_bind_text(st, 1, req->key, -1, SQLITE_STATIC);
     sqlite3_bind_int64(st, 2, (sqlite3_int64)(token + 1));
     sqlite3_bind_text(st, 3, req->owner, -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 4, req->label, -1, SQLITE_STATIC);
     sqlite3_bind_int64(st, 5, (sqlite3_int64)req->ttl_ms);
-    if ((rc = exec_st(s, ST_HIST_ADD, "acquire")) < 0)
-        return rollback(s, rc);
+    if ((rc = sqlite_exec_st(s, ST_HIST_ADD, "acquire")) < 0)
+        return sqlite_rollback(s, rc);
     if (token + 1 > LEASE_HISTORY_KEEP) {
-        st = stmt(s, ST_HIST_PRUNE);
+        st = sqlite_stmt(s, ST_HIST_PRUNE);
         sqlite3_bind_text(st, 1, req->key, -1, SQLITE_STATIC);
         sqlite3_bind_int64(st, 2, (sqlite3_int64)(token + 1 - LEASE_HISTORY_KEEP));
-        if ((rc = exec_st(s, ST_HIST_PRUNE, "acquire")) < 0)
-            return rollback(s, rc);
+        if ((rc = sqlite_exec_st(s, ST_HIST_PRUNE, "acquire")) < 0)
+            return sqlite_rollback(s, rc);
     }
-    if ((rc = commit(s)) < 0)
+    if ((rc = sqlite_commit(s)) < 0)
         return rc;
     out->token = token + 1;
     out->ttl_ms = req->ttl_ms;
     return 0;
+}
+
+static int sqlite_acquire(lease_grant *out, lease_info *holder,
+                          lease_store *base, const lease_request *req)
+{
+    sqlite_store *s = (sqlite_store *)base;
+    sqlite3_stmt *st;
+    lease_info row;
+    int rc, step;
+
+    sqlite_call_start(s);
+    if ((rc = sqlite_begin(s)) < 0)
+        return rc;
+    memset(&row, 0, sizeof(row));
+    st = sqlite_stmt(s, ST_ACQ_READ);
+    sqlite3_bind_text(st, 1, req->key, -1, SQLITE_STATIC);
+    step = sqlite3_step(st);
+    if (step == SQLITE_ROW)
+        rc = sqlite_row_info(&row, s, st);
+    else if (step != SQLITE_DONE)
+        rc = sqlite_fail(s, "acquire");
+    sqlite3_reset(st);
+    if (rc < 0)
+        return sqlite_rollback(s, rc);
+    if (row.held && strcmp(row.owner, req->owner) == 0)
+        return sqlite_acquire_extend(out, s, req, row.token);
+    if (row.held) {
+        *holder = row;
+        return sqlite_rollback(s, LEASE_EBUSY);
+    }
+    return sqlite_acquire_grant(out, s, req, row.token);
 }
 
 static int sqlite_renew(uint64_t *granted_ms, lease_store *base,
@@ -620,18 +970,19 @@ static int sqlite_renew(uint64_t *granted_ms, lease_store *base,
     /* IMMEDIATE first, so lease_now_ms() is read after the lock is held:
      * a renew that waited on the lock must not revive a lease that
      * expired meanwhile. */
-    if ((rc = begin(s)) < 0)
+    sqlite_call_start(s);
+    if ((rc = sqlite_begin(s)) < 0)
         return rc;
-    st = stmt(s, ST_RENEW);
+    st = sqlite_stmt(s, ST_RENEW);
     sqlite3_bind_text(st, 1, key, -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 2, owner, -1, SQLITE_STATIC);
     sqlite3_bind_int64(st, 3, (sqlite3_int64)token);
     sqlite3_bind_int64(st, 4, (sqlite3_int64)ttl_ms);
-    if ((rc = exec_st(s, ST_RENEW, "renew")) < 0)
-        return rollback(s, rc);
+    if ((rc = sqlite_exec_st(s, ST_RENEW, "renew")) < 0)
+        return sqlite_rollback(s, rc);
     if (sqlite3_changes(s->db) != 1)
-        return rollback(s, lease__not_holder("renew", key, token, NULL));
-    if ((rc = commit(s)) < 0)
+        return sqlite_rollback(s, lease__not_holder("renew", key, token, NULL));
+    if ((rc = sqlite_commit(s)) < 0)
         return rc;
     *granted_ms = ttl_ms;
     return 0;
@@ -644,132 +995,154 @@ static int sqlite_release(lease_store *base, const char *key,
     sqlite3_stmt *st;
     int rc;
 
-    if ((rc = begin(s)) < 0)
+    sqlite_call_start(s);
+    if ((rc = sqlite_begin(s)) < 0)
         return rc;
-    st = stmt(s, ST_RELEASE);
+    st = sqlite_stmt(s, ST_RELEASE);
     sqlite3_bind_text(st, 1, key, -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 2, owner, -1, SQLITE_STATIC);
     sqlite3_bind_int64(st, 3, (sqlite3_int64)token);
-    if ((rc = exec_st(s, ST_RELEASE, "release")) < 0)
-        return rollback(s, rc);
+    if ((rc = sqlite_exec_st(s, ST_RELEASE, "release")) < 0)
+        return sqlite_rollback(s, rc);
     if (sqlite3_changes(s->db) != 1)
-        return rollback(s, lease__seterr(LEASE_ELOST,
+        return sqlite_rollback(s, lease__seterr(LEASE_ELOST,
                                          "release '%s': this owner does not "
                                          "hold token %llu",
                                          key, (unsigned long long)token));
-    st = stmt(s, ST_HIST_RELEASE);
+    st = sqlite_stmt(s, ST_HIST_RELEASE);
     sqlite3_bind_text(st, 1, key, -1, SQLITE_STATIC);
     sqlite3_bind_int64(st, 2, (sqlite3_int64)token);
     sqlite3_bind_text(st, 3, owner, -1, SQLITE_STATIC);
-    if ((rc = exec_st(s, ST_HIST_RELEASE, "release")) < 0)
-        return rollback(s, rc);
-    return commit(s);
+    if ((rc = sqlite_exec_st(s, ST_HIST_RELEASE, "release")) < 0)
+        return sqlite_rollback(s, rc);
+    return sqlite_commit(s);
+}
+
+/* One row of ST_HIST_READ: token, owner, label, ttl_ms, acquired_ms,
+ * ended, ended_ms, then (computed) whether it is the live lease and when
+ * it expired. */
+static int sqlite_row_history(lease_history_entry *e, sqlite_store *s,
+                              sqlite3_stmt *st, const char *key)
+{
+    sqlite_rowctx r = { s, "lease_history", key };
+    int64_t ttl, ended;
+    int rc;
+
+    memset(e, 0, sizeof(*e));
+    if ((rc = sqlite_col_token(&e->token, &r, st, 0, "token")) < 0 ||
+        (rc = sqlite_col_owner(e->owner, &r, st, 1, 0)) < 0 ||
+        (rc = sqlite_col_text(e->label, LEASE_LABEL_MAX, &r, st, 2, "label", 0)) < 0 ||
+        (rc = sqlite_col_int(&ttl, &r, st, 3, "ttl_ms", 0, SQLITE_TTL_MAX_MS)) < 0 ||
+        (rc = sqlite_col_int(&e->acquired_ms, &r, st, 4, "acquired_ms", 0, INT64_MAX)) < 0 ||
+        (rc = sqlite_col_int(&ended, &r, st, 5, "ended", LEASE_ENDED_HELD,
+                             LEASE_ENDED_LOST)) < 0 ||
+        (rc = sqlite_col_int(&e->ended_ms, &r, st, 6, "ended_ms", 0, INT64_MAX)) < 0)
+        return rc;
+    e->ttl_ms = (uint64_t)ttl;
+    e->ended = (lease_ended)ended;
+    /* Not ended by anyone, and no longer the live lease: it ran out,
+     * at the expiry the lease row still has (WALL_EXPIRY: 0 if unknown). */
+    if (e->ended == LEASE_ENDED_HELD && !sqlite3_column_int(st, 7)) {
+        e->ended = LEASE_ENDED_EXPIRED;
+        e->ended_ms = sqlite3_column_int64(st, 8);
+        if (e->ended_ms < 0)
+            e->ended_ms = 0;
+    }
+    return 0;
 }
 
 static int sqlite_history(lease_history_entry *out, size_t *n, lease_store *base,
                           const char *key, size_t max)
 {
     sqlite_store *s = (sqlite_store *)base;
-    sqlite3_stmt *st = stmt(s, ST_HIST_READ);
-    int step;
+    sqlite3_stmt *st = sqlite_stmt(s, ST_HIST_READ);
+    int step = SQLITE_DONE, rc = 0;
 
+    sqlite_call_start(s);
     *n = 0;
     sqlite3_bind_text(st, 1, key, -1, SQLITE_STATIC);
     sqlite3_bind_int64(st, 2, (sqlite3_int64)max);
-    while ((step = sqlite3_step(st)) == SQLITE_ROW && *n < max) {
-        lease_history_entry *e = &out[(*n)++];
-        int ended = sqlite3_column_int(st, 5);
-
-        memset(e, 0, sizeof(*e));
-        e->token = col_u64(st, 0);
-        col_text(e->owner, sizeof(e->owner), st, 1);
-        col_text(e->label, sizeof(e->label), st, 2);
-        e->ttl_ms = col_u64(st, 3);
-        e->acquired_ms = sqlite3_column_int64(st, 4);
-        e->ended = ended >= 0 && ended <= LEASE_ENDED_LOST ? (lease_ended)ended
-                                                            : LEASE_ENDED_EXPIRED;
-        e->ended_ms = sqlite3_column_int64(st, 6);
-        /* Not ended by anyone, and no longer the live lease: it ran out,
-         * at the expiry the lease row still has. */
-        if (e->ended == LEASE_ENDED_HELD && !sqlite3_column_int(st, 7)) {
-            e->ended = LEASE_ENDED_EXPIRED;
-            e->ended_ms = sqlite3_column_int64(st, 8);
-        }
-    }
+    while (*n < max && (step = sqlite3_step(st)) == SQLITE_ROW)
+        if ((rc = sqlite_row_history(&out[(*n)++], s, st, key)) < 0)
+            break;
+    if (rc == 0 && *n < max && step != SQLITE_DONE)
+        rc = sqlite_fail(s, "history");
     sqlite3_reset(st);
-    if (step != SQLITE_ROW && step != SQLITE_DONE)
-        return fail(s, "history");
-    return 0;
+    if (rc < 0)
+        *n = 0;
+    return rc;
 }
 
 static int sqlite_history_lost(lease_store *base, const char *key, const char *owner,
                                uint64_t token)
 {
     sqlite_store *s = (sqlite_store *)base;
-    sqlite3_stmt *st = stmt(s, ST_HIST_LOST);
+    sqlite3_stmt *st = sqlite_stmt(s, ST_HIST_LOST);
 
+    sqlite_call_start(s);
     sqlite3_bind_text(st, 1, key, -1, SQLITE_STATIC);
     sqlite3_bind_int64(st, 2, (sqlite3_int64)token);
     sqlite3_bind_text(st, 3, owner, -1, SQLITE_STATIC);
-    return exec_st(s, ST_HIST_LOST, "history");
+    return sqlite_exec_st(s, ST_HIST_LOST, "history");
 }
 
 static int sqlite_inspect(lease_info *out, lease_store *base, const char *key)
 {
     sqlite_store *s = (sqlite_store *)base;
-    sqlite3_stmt *st = stmt(s, ST_INSPECT);
-    int step;
+    sqlite3_stmt *st = sqlite_stmt(s, ST_INSPECT);
+    int step, rc;
 
+    sqlite_call_start(s);
     sqlite3_bind_text(st, 1, key, -1, SQLITE_STATIC);
     step = sqlite3_step(st);
-    if (step == SQLITE_ROW) {
-        row_info(out, st);
-        sqlite3_reset(st);
-        return 0;
-    }
+    if (step == SQLITE_ROW)
+        rc = sqlite_row_info(out, s, st);
+    else if (step == SQLITE_DONE)
+        rc = lease__seterr(LEASE_ENOTFOUND, "'%s' was never acquired", key);
+    else
+        rc = sqlite_fail(s, "inspect");
     sqlite3_reset(st);
-    if (step == SQLITE_DONE)
-        return lease__seterr(LEASE_ENOTFOUND, "'%s' was never acquired", key);
-    return fail(s, "inspect");
+    return rc;
 }
 
 static int sqlite_list(lease_store *base, const char *prefix, lease_list_cb cb,
                        void *payload)
 {
     sqlite_store *s = (sqlite_store *)base;
-    sqlite3_stmt *st = stmt(s, ST_LIST);
+    sqlite3_stmt *st = sqlite_stmt(s, ST_LIST);
     lease_info info;
     int step, rc = 0;
 
+    sqlite_call_start(s);
     sqlite3_bind_blob(st, 1, prefix, (int)strlen(prefix), SQLITE_STATIC);
     sqlite3_bind_int(st, 2, (int)strlen(prefix));
     while ((step = sqlite3_step(st)) == SQLITE_ROW) {
-        row_info(&info, st);
-        if ((rc = cb(&info, payload)) != 0)
+        if ((rc = sqlite_row_info(&info, s, st)) < 0 ||
+            (rc = cb(&info, payload)) != 0)
             break;
     }
     if (rc == 0 && step != SQLITE_DONE)
-        rc = fail(s, "list");
+        rc = sqlite_fail(s, "list");
     sqlite3_reset(st);
     return rc;
 }
 
-static int read_mark(uint64_t *mark, sqlite_store *s, const char *resource)
+static int sqlite_read_mark(uint64_t *mark, sqlite_store *s, const char *resource)
 {
-    sqlite3_stmt *st = stmt(s, ST_FENCE_MARK);
-    int step;
+    sqlite_rowctx r = { s, "lease_fence", resource };
+    sqlite3_stmt *st = sqlite_stmt(s, ST_FENCE_MARK);
+    int step, rc;
 
     sqlite3_bind_text(st, 1, resource, -1, SQLITE_STATIC);
     step = sqlite3_step(st);
     if (step == SQLITE_ROW)
-        *mark = col_u64(st, 0);
+        rc = sqlite_col_token(mark, &r, st, 0, "mark");
+    else if (step == SQLITE_DONE)
+        rc = lease__seterr(LEASE_ENOTFOUND, "'%s' has no fencing mark", resource);
+    else
+        rc = sqlite_fail(s, "read fencing mark");
     sqlite3_reset(st);
-    if (step == SQLITE_ROW)
-        return 0;
-    if (step == SQLITE_DONE)
-        return lease__seterr(LEASE_ENOTFOUND, "'%s' has no fencing mark",
-                             resource);
-    return fail(s, "read fencing mark");
+    return rc;
 }
 
 static int sqlite_fence_advance(uint64_t *mark, lease_store *base,
@@ -779,38 +1152,50 @@ static int sqlite_fence_advance(uint64_t *mark, lease_store *base,
     sqlite3_stmt *st;
     int rc, step;
 
-    if ((rc = begin(s)) < 0)
+    sqlite_call_start(s);
+    if ((rc = sqlite_begin(s)) < 0)
         return rc;
-    st = stmt(s, ST_FENCE_RAISE);
+    st = sqlite_stmt(s, ST_FENCE_RAISE);
     sqlite3_bind_text(st, 1, resource, -1, SQLITE_STATIC);
     sqlite3_bind_int64(st, 2, (sqlite3_int64)token);
     step = sqlite3_step(st);
     if (step == SQLITE_ROW) {
-        *mark = col_u64(st, 0);
+        sqlite_rowctx r = { s, "lease_fence", resource };
+
+        if ((rc = sqlite_col_token(mark, &r, st, 0, "mark")) < 0) {
+            sqlite3_reset(st);
+            return sqlite_rollback(s, rc);
+        }
         /* Step to the end so the statement's write is complete. */
         step = sqlite3_step(st);
     }
+    if (step != SQLITE_DONE) {
+        rc = sqlite_fail(s, "fence");
+        sqlite3_reset(st);
+        return sqlite_rollback(s, rc);
+    }
     sqlite3_reset(st);
-    if (step != SQLITE_DONE)
-        return rollback(s, fail(s, "fence"));
     if (sqlite3_changes(s->db) == 1)
-        return commit(s);
+        return sqlite_commit(s);
     /* The upsert's WHERE refused: the mark is above the token. */
-    rc = read_mark(mark, s, resource);
-    return rollback(s, rc < 0 ? rc : LEASE_ESTALE);
+    rc = sqlite_read_mark(mark, s, resource);
+    return sqlite_rollback(s, rc < 0 ? rc : LEASE_ESTALE);
 }
 
 static int sqlite_fence_mark(uint64_t *mark, lease_store *base,
                              const char *resource)
 {
-    return read_mark(mark, (sqlite_store *)base, resource);
+    sqlite_store *s = (sqlite_store *)base;
+
+    sqlite_call_start(s);
+    return sqlite_read_mark(mark, s, resource);
 }
 
 /* Inside an open transaction: is (key, owner, token) the live lease? */
-static int check_holder(sqlite_store *s, const char *key, const char *owner,
+static int sqlite_check_holder(sqlite_store *s, const char *key, const char *owner,
                         uint64_t token)
 {
-    sqlite3_stmt *st = stmt(s, ST_CHECK_HOLDER);
+    sqlite3_stmt *st = sqlite_stmt(s, ST_CHECK_HOLDER);
     int step;
 
     sqlite3_bind_text(st, 1, key, -1, SQLITE_STATIC);
@@ -822,7 +1207,7 @@ static int check_holder(sqlite_store *s, const char *key, const char *owner,
         return 0;
     if (step == SQLITE_DONE)
         return lease__not_holder(NULL, key, token, "; nothing was written");
-    return fail(s, "check lease");
+    return sqlite_fail(s, "check lease");
 }
 
 static int sqlite_guarded_put(lease_store *base, const char *key,
@@ -833,50 +1218,67 @@ static int sqlite_guarded_put(lease_store *base, const char *key,
     sqlite3_stmt *st;
     int rc;
 
-    if ((rc = begin(s)) < 0)
+    sqlite_call_start(s);
+    if ((rc = sqlite_begin(s)) < 0)
         return rc;
-    if ((rc = check_holder(s, key, owner, token)) < 0)
-        return rollback(s, rc);
-    st = stmt(s, ST_DATA_PUT);
+    if ((rc = sqlite_check_holder(s, key, owner, token)) < 0)
+        return sqlite_rollback(s, rc);
+    st = sqlite_stmt(s, ST_DATA_PUT);
     sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
     sqlite3_bind_blob64(st, 2, value, len, SQLITE_STATIC);
     sqlite3_bind_int64(st, 3, (sqlite3_int64)token);
     sqlite3_bind_text(st, 4, key, -1, SQLITE_STATIC);
-    if ((rc = exec_st(s, ST_DATA_PUT, "guarded put")) < 0)
-        return rollback(s, rc);
-    return commit(s);
+    if ((rc = sqlite_exec_st(s, ST_DATA_PUT, "guarded put")) < 0)
+        return sqlite_rollback(s, rc);
+    return sqlite_commit(s);
+}
+
+/* A lease_data row: the value (a BLOB as written, or TEXT) and its token. */
+static int sqlite_row_data(void **value, size_t *len, uint64_t *token,
+                           sqlite_store *s, sqlite3_stmt *st, const char *name)
+{
+    sqlite_rowctx r = { s, "lease_data", name };
+    int type = sqlite3_column_type(st, 0);
+    uint64_t tok;
+    const void *v;
+    size_t n;
+    char *copy;
+    int rc;
+
+    if (type != SQLITE_BLOB && type != SQLITE_TEXT)
+        return sqlite_bad_row(&r, "value is %s, not a blob", sqlite_type_name(type));
+    if ((rc = sqlite_col_token(&tok, &r, st, 1, "token")) < 0)
+        return rc;
+    v = sqlite3_column_blob(st, 0);
+    n = (size_t)sqlite3_column_bytes(st, 0);
+    if ((copy = malloc(n + 1)) == NULL)
+        return lease__seterr(LEASE_ENOMEM, "out of memory");
+    if (n)
+        memcpy(copy, v, n);
+    copy[n] = '\0';
+    *value = copy;
+    *len = n;
+    if (token)
+        *token = tok;
+    return 0;
 }
 
 static int sqlite_data_get(void **value, size_t *len, uint64_t *token,
                            lease_store *base, const char *name)
 {
     sqlite_store *s = (sqlite_store *)base;
-    sqlite3_stmt *st = stmt(s, ST_DATA_GET);
-    int step, rc = 0;
+    sqlite3_stmt *st = sqlite_stmt(s, ST_DATA_GET);
+    int step, rc;
 
+    sqlite_call_start(s);
     sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
     step = sqlite3_step(st);
-    if (step == SQLITE_ROW) {
-        const void *v = sqlite3_column_blob(st, 0);
-        size_t n = (size_t)sqlite3_column_bytes(st, 0);
-        char *copy = malloc(n + 1);
-
-        if (copy == NULL) {
-            rc = lease__seterr(LEASE_ENOMEM, "out of memory");
-        } else {
-            if (n)
-                memcpy(copy, v, n);
-            copy[n] = '\0';
-            *value = copy;
-            *len = n;
-            if (token)
-                *token = col_u64(st, 1);
-        }
-    } else if (step == SQLITE_DONE) {
+    if (step == SQLITE_ROW)
+        rc = sqlite_row_data(value, len, token, s, st, name);
+    else if (step == SQLITE_DONE)
         rc = lease__seterr(LEASE_ENOTFOUND, "no data named '%s'", name);
-    } else {
-        rc = fail(s, "read data");
-    }
+    else
+        rc = sqlite_fail(s, "read data");
     sqlite3_reset(st);
     return rc;
 }
@@ -892,19 +1294,20 @@ static int sqlite_guarded_txn(lease_store *base, const char *key,
     /* BEGIN IMMEDIATE holds the database's write lock until the end: no
      * acquisition can pass this holder while the caller's statements run,
      * which is what SELECT ... FOR UPDATE gives on a server. */
-    if ((rc = begin(s)) < 0)
+    sqlite_call_start(s);
+    if ((rc = sqlite_begin(s)) < 0)
         return rc;
-    if ((rc = check_holder(s, key, owner, token)) < 0)
-        return rollback(s, rc);
+    if ((rc = sqlite_check_holder(s, key, owner, token)) < 0)
+        return sqlite_rollback(s, rc);
     rc = cb(s->db, payload);
     if (rc != 0)
-        return rollback(s, rc);
+        return sqlite_rollback(s, rc);
     if (sqlite3_get_autocommit(s->db))
         return lease__seterr(LEASE_ESTORE,
                              "the transaction ended inside the callback "
                              "(an error rolled it back); nothing is known to "
                              "be written");
-    return commit(s);
+    return sqlite_commit(s);
 }
 
 static const char *const sqlite_schemes[] = { "sqlite", NULL };

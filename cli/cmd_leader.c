@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include "cli.h"
+#include "escape.h"
 
 static const char usage_leader[] =
     "usage: lease leader NAME [--watch] [--count N] [--for DUR] [--json]\n"
@@ -18,21 +19,29 @@ static const char usage_leader[] =
     "{name, leader, label, owner, epoch, remaining_ms}.\n"
     "exit: 0; 1 if NAME never had a leader (without --watch); 6 store failed\n";
 
+/* NAME, the label and the owner are bytes from the user or the store:
+ * printed under the one escaping rule (escape.h), never raw. */
 static void print_leader(const cli_globals *g, const char *name, const lease_info *i)
 {
     if (g->json) {
-        cli_print_json(json_pack("{s:s, s:b, s:s?, s:s?, s:I, s:I}", "name", name,
-                                 "leader", i->held, "label",
-                                 i->held ? i->label : NULL, "owner",
-                                 i->held ? i->owner : NULL, "epoch",
-                                 (json_int_t)i->token, "remaining_ms",
+        cli_print_json(json_pack("{s:o, s:b, s:o, s:o, s:I, s:I}",
+                                 "name", cli_json_str(name), "leader", i->held,
+                                 "label", cli_json_str(i->held ? i->label : NULL),
+                                 "owner", cli_json_str(i->held ? i->owner : NULL),
+                                 "epoch", (json_int_t)i->token, "remaining_ms",
                                  (json_int_t)i->remaining_ms));
-    } else if (i->held) {
-        printf("%s: leader %s (owner %s) epoch %llu, %llums left\n", name,
-               i->label[0] ? i->label : "-", i->owner, (unsigned long long)i->token,
+        return;
+    }
+    cli_put_text(stdout, name);
+    if (i->held) {
+        fputs(": leader ", stdout);
+        cli_put_text(stdout, i->label[0] ? i->label : "-");
+        fputs(" (owner ", stdout);
+        cli_put_text(stdout, i->owner);
+        printf(") epoch %llu, %llums left\n", (unsigned long long)i->token,
                (unsigned long long)i->remaining_ms);
     } else {
-        printf("%s: no leader (last epoch %llu)\n", name, (unsigned long long)i->token);
+        printf(": no leader (last epoch %llu)\n", (unsigned long long)i->token);
     }
     fflush(stdout);
 }

@@ -1,69 +1,49 @@
 /*
  * escape.c - the one escaping rule for what the tool prints (escape.h).
+ * The UTF-8 validator is the library's (lease_utf8_len, lease_text_utf8 in
+ * lease/log.h), so the tool's output and the library's log lines cannot
+ * disagree on which bytes are valid.
  */
 #include <stdlib.h>
 #include <string.h>
 
+#include "lease.h"
 #include "escape.h"
-
-/* The length of the valid UTF-8 sequence at s (1-4), or 0 if the byte at s
- * does not start one. Overlong forms, surrogates and code points above
- * U+10FFFF are not valid. */
-static size_t utf8_len(const unsigned char *s)
-{
-    unsigned c = s[0];
-    size_t n, i;
-    unsigned cp, min;
-
-    if (c < 0x80)
-        return 1;
-    if (c >= 0xc2 && c <= 0xdf) {
-        n = 2; cp = c & 0x1f; min = 0x80;
-    } else if (c >= 0xe0 && c <= 0xef) {
-        n = 3; cp = c & 0x0f; min = 0x800;
-    } else if (c >= 0xf0 && c <= 0xf4) {
-        n = 4; cp = c & 0x07; min = 0x10000;
-    } else {
-        return 0;
-    }
-    for (i = 1; i < n; i++) {
-        if ((s[i] & 0xc0) != 0x80)
-            return 0;
-        cp = (cp << 6) | (s[i] & 0x3f);
-    }
-    if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
-        return 0;
-    return n;
-}
 
 json_t *cli_json_str(const char *s)
 {
-    const unsigned char *p;
-    char *fixed, *o;
+    char *fixed;
     json_t *j;
 
     if (s == NULL)
         return json_null();
-    if ((j = json_string(s)) != NULL)
-        return j;
-    if ((fixed = malloc(strlen(s) * 3 + 1)) == NULL)
+    if ((fixed = lease_text_utf8(s)) == NULL)
         return json_null();
-    for (p = (const unsigned char *)s, o = fixed; *p;) {
-        size_t n = utf8_len(p);
-        if (n == 0) {
-            memcpy(o, "\xef\xbf\xbd", 3);
-            o += 3;
-            p++;
-        } else {
-            memcpy(o, p, n);
-            o += n;
-            p += n;
-        }
-    }
-    *o = '\0';
     j = json_string(fixed);
     free(fixed);
     return j ? j : json_null();
+}
+
+/* C0 controls, DEL, and C1 controls (U+0080-U+009F, C2 80-C2 9F in UTF-8:
+ * some terminals take U+009B as CSI): none may reach a terminal raw. Nor
+ * may the invisible format characters that reorder or break what is shown
+ * without a control byte: zero-width and direction marks (U+200B-U+200F),
+ * line and paragraph separators and bidirectional embeddings and overrides
+ * (U+2028-U+202E), word joiners and isolates (U+2060-U+2069), and the
+ * byte order mark (U+FEFF). */
+static int escape_is_control(const unsigned char *p, size_t n)
+{
+    unsigned cp;
+
+    if (n == 1)
+        return *p < 0x20 || *p == 0x7f;
+    if (n == 2)
+        return p[0] == 0xc2 && p[1] < 0xa0;
+    if (n != 3)
+        return 0;
+    cp = ((p[0] & 0x0fu) << 12) | ((p[1] & 0x3fu) << 6) | (p[2] & 0x3fu);
+    return (cp >= 0x200b && cp <= 0x200f) || (cp >= 0x2028 && cp <= 0x202e) ||
+           (cp >= 0x2060 && cp <= 0x2069) || cp == 0xfeff;
 }
 
 void cli_put_text(FILE *f, const char *s)
@@ -73,13 +53,17 @@ void cli_put_text(FILE *f, const char *s)
     if (s == NULL)
         return;
     for (p = (const unsigned char *)s; *p;) {
-        size_t n = utf8_len(p);
+        size_t n = lease_utf8_len((const char *)p);
+
         if (*p == '\\') {
             fputs("\\\\", f);
             p++;
-        } else if (n == 0 || *p < 0x20 || *p == 0x7f) {
+        } else if (n == 0) {
             fprintf(f, "\\x%02x", *p);
             p++;
+        } else if (escape_is_control(p, n)) {
+            for (; n > 0; n--, p++)
+                fprintf(f, "\\x%02x", *p);
         } else {
             fwrite(p, 1, n, f);
             p += n;

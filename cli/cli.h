@@ -26,9 +26,11 @@ enum {
 
 /* Options every command takes. */
 typedef struct cli_globals {
-    const char *store_url; /* NULL: the default */
+    const char *store_url; /* NULL: the default; never argv's (redacted) bytes */
     uint64_t timeout_ms;   /* 0: the library's default */
     int json;
+    int store_from_file;   /* store_url came from --store-file */
+    int store_from_env;    /* store_url came from $LEASE_STORE */
 } cli_globals;
 
 /* A small flag parser: `--name value`, `--name=value`, `--flag`. */
@@ -44,7 +46,13 @@ int cli_usage(const char *cmd, const char *fmt, ...)
 int cli_fail(int code, const char *what);
 int cli_exit_code(int lease_rc);
 int cli_open_store(lease_store **out, const cli_globals *g);
+/* --store URL (copied, and its secrets overwritten in argv at once, so
+ * that `ps` never shows them), --store-file PATH (0600), --timeout, --json. */
 int cli_parse_global(cli_globals *g, cli_args *a, const char *arg, int *rc);
+/* Takes $LEASE_STORE as the store URL, then hides its secrets in the
+ * process's own environment block (/proc/PID/environ, readable by a
+ * child of `lease run`), as --store's are hidden in argv. */
+int cli_take_env_store(cli_globals *g);
 /* With `arg` the current flag: its value (from "=" or the next word). */
 const char *cli_value(cli_args *a, const char *arg, int *rc);
 int cli_flag_is(const char *arg, const char *name);
@@ -53,6 +61,12 @@ int cli_flag_is(const char *arg, const char *name);
 int cli_positional(cli_args *a, const char *arg, const char **slot, const char *hint);
 /* The NAME of elect, leader and agent: present, and short enough. */
 int cli_election_name(cli_args *a, const char *name);
+/* A --label the library would refuse (over LEASE_LABEL_MAX bytes): exit 2
+ * before any connection. 0 if fine (NULL is fine). */
+int cli_check_label(cli_args *a, const char *label);
+/* s under the text rule of escape.h, as a string the caller frees (NULL
+ * when out of memory): for output that pads a column. */
+char *cli_text(const char *s);
 int cli_duration(uint64_t *ms, const char *cmd, const char *flag,
                  const char *text, int allow_zero);
 void cli_default_label(char *buf, size_t size);

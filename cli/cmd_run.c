@@ -14,7 +14,9 @@
  * silently (store unreachable). A lease the store says is lost starts the
  * same sequence at once.
  */
+#define _GNU_SOURCE /* execvpe, pipe2 */
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -26,9 +28,11 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "escape.h"
 
 static const char usage_run[] =
-    "usage: lease run KEY [--ttl DUR] [--wait DUR] [--label TEXT] [--grace DUR] [--json] -- CMD [ARG...]\n"
+    "usage: lease run KEY [--ttl DUR] [--wait DUR] [--label TEXT] [--grace DUR] [--json]\n"
+    "                 [--pass-store] -- CMD [ARG...]\n"
     "\n"
     "Acquire KEY (waiting at most --wait), run CMD with LEASE_KEY, LEASE_TOKEN,\n"
     "LEASE_OWNER and LEASE_TTL_MS in its environment, renew in the background\n"
@@ -41,11 +45,16 @@ static const char usage_run[] =
     "  --label TEXT  holder label (default host:pid)\n"
     "  --grace DUR   time between SIGTERM and SIGKILL (default ttl/4, at most 10s)\n"
     "  --json        log events as JSON lines on stderr\n"
+    "  --pass-store  give CMD the store URL (which may hold a password) as\n"
+    "                LEASE_STORE; without it CMD's environment has no LEASE_STORE\n"
+    "CMD inherits stdin, stdout, stderr and the descriptors you opened for it,\n"
+    "nothing of the store's.\n"
     "exit: CMD's exit status (128+N if killed by signal N); 4 if CMD had to be\n"
     "stopped because the lease was lost; 3, 6 or 7 if KEY could not be acquired.\n";
 
 static const char usage_elect[] =
-    "usage: lease elect NAME [--ttl DUR] [--wait DUR] [--label TEXT] [--grace DUR] [--json] -- CMD [ARG...]\n"
+    "usage: lease elect NAME [--ttl DUR] [--wait DUR] [--label TEXT] [--grace DUR] [--json]\n"
+    "                   [--pass-store] -- CMD [ARG...]\n"
     "\n"
     "Campaign for leadership of NAME (waiting at most --wait) and run CMD only while\n"
     "leader. CMD gets LEASE_KEY (election/NAME), LEASE_TOKEN and LEASE_EPOCH (the\n"
@@ -109,7 +118,7 @@ static int auth_end(const authority *au, int release)
 /* Campaign in slices, so that a SIGINT or SIGTERM (blocked: the renewing
  * thread must not take it) still ends a long wait promptly. */
 static int campaign(lease_election **e, lease_store *s, const char *name,
-                    lease_campaign_opts *co, uint64_t wait_ms, const sigset_t *mask)
+                    lease_campaign_opts *co, uint64_t wait_ms)
 {
     int64_t end = lease_clock_ns() + (int64_t)wait_ms * 1000000;
     int rc;
@@ -126,7 +135,6 @@ static int campaign(lease_election **e, lease_store *s, const char *name,
         if (sigismember(&pending, SIGINT) || sigismember(&pending, SIGTERM) ||
             sigismember(&pending, SIGHUP))
             return 1; /* interrupted */
-        (void)mask;
     }
 }
 
@@ -137,53 +145,198 @@ typedef struct {
 } run_log;
 
 /* One event line on stderr: JSON with --json, short text otherwise.
- * Quiet events (acquired, released...) are only printed with --json. */
+ * Quiet events (acquired, released...) are only printed with --json.
+ * The key is the user's bytes: escaped (escape.h), so that an event is
+ * never dropped for a key that is not UTF-8 nor printed raw. */
 static void event(const run_log *l, const char *name, int loud, json_t *extra)
 {
     if (l->json) {
-        json_t *o = json_pack("{s:s, s:s, s:I, s:I}", "event", name,
-                              "key", l->key, "token", (json_int_t)l->token,
+        json_t *o = json_pack("{s:s, s:o, s:I, s:I}", "event", name,
+                              "key", cli_json_str(l->key), "token", (json_int_t)l->token,
                               "t_ns", (json_int_t)lease_clock_ns());
-        if (extra)
+        char *text;
+
+        if (o && extra)
             json_object_update(o, extra);
-        {
-            char *text = json_dumps(o, JSON_COMPACT);
-            if (text) {
-                fprintf(stderr, "%s\n", text);
-                free(text);
-            }
+        if (o && (text = json_dumps(o, JSON_COMPACT | JSON_ENSURE_ASCII)) != NULL) {
+            fprintf(stderr, "%s\n", text);
+            free(text);
         }
         json_decref(o);
     } else if (loud) {
-        fprintf(stderr, "lease run: %s: %s (token %llu)\n", l->key, name,
-                (unsigned long long)l->token);
+        fputs("lease run: ", stderr);
+        cli_put_text(stderr, l->key);
+        fprintf(stderr, ": %s (token %llu)\n", name, (unsigned long long)l->token);
     }
     json_decref(extra);
 }
 
-static pid_t start_child(char **argv, const lease_grant *g, sigset_t *oldmask,
-                         int elect)
+/* The options of run and elect, checked before any store is opened. */
+typedef struct {
+    const char *key, *label;
+    uint64_t ttl_ms, wait_ms, grace_ms, kill_margin_ms;
+    int has_grace, pass_store, cmd_at, elect;
+    char deflabel[LEASE_LABEL_MAX + 1];
+} run_opts;
+
+static int run_parse(cli_globals *g, cli_args *a, run_opts *o)
+{
+    int rc = 0;
+
+    for (a->i = 0; a->i < a->argc && rc == 0; a->i++) {
+        const char *arg = a->argv[a->i], *v;
+
+        if (strcmp(arg, "--") == 0) {
+            o->cmd_at = a->i + 1;
+            break;
+        }
+        if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) {
+            fputs(o->elect ? usage_elect : usage_run, stdout);
+            return -1;
+        }
+        if (cli_parse_global(g, a, arg, &rc))
+            continue;
+        if (cli_flag_is(arg, "--ttl")) {
+            if ((v = cli_value(a, arg, &rc)))
+                rc = cli_duration(&o->ttl_ms, a->cmd, "--ttl", v, 0);
+        } else if (cli_flag_is(arg, "--wait")) {
+            if ((v = cli_value(a, arg, &rc)))
+                rc = cli_duration(&o->wait_ms, a->cmd, "--wait", v, 1);
+        } else if (cli_flag_is(arg, "--grace")) {
+            if ((v = cli_value(a, arg, &rc)))
+                rc = cli_duration(&o->grace_ms, a->cmd, "--grace", v, 1);
+            o->has_grace = 1;
+        } else if (cli_flag_is(arg, "--label")) {
+            o->label = cli_value(a, arg, &rc);
+        } else if (strcmp(arg, "--pass-store") == 0) {
+            o->pass_store = 1;
+        } else if ((rc = cli_positional(a, arg, &o->key, " (put the command after --)"))) {
+            return rc;
+        }
+    }
+    return rc;
+}
+
+/* Everything the library would refuse, refused here first: exit 2 before
+ * any connection. Then the stop timing, from the ttl: SIGKILL lands
+ * kill_margin before the deadline (time to deliver it and reap), SIGTERM
+ * `grace` before that. */
+static int run_check(cli_args *a, run_opts *o)
+{
+    int rc;
+
+    if (o->elect && (rc = cli_election_name(a, o->key)))
+        return rc;
+    if (o->key == NULL)
+        return cli_usage(a->cmd, "missing KEY");
+    if (!lease_key_valid(o->key))
+        return cli_usage(a->cmd, "KEY must be 1 to %d bytes", LEASE_KEY_MAX);
+    if ((rc = cli_check_label(a, o->label)))
+        return rc;
+    if (o->cmd_at < 0 || o->cmd_at >= a->argc)
+        return cli_usage(a->cmd, "missing the command: lease %s %s -- CMD [ARG...]",
+                         a->cmd, o->elect ? "NAME" : "KEY");
+    o->kill_margin_ms = o->ttl_ms / 20 > 1000 ? 1000 : o->ttl_ms / 20;
+    if (o->kill_margin_ms == 0)
+        o->kill_margin_ms = 1;
+    if (!o->has_grace)
+        o->grace_ms = o->ttl_ms / 4 > 10000 ? 10000 : o->ttl_ms / 4;
+    if (o->grace_ms + o->kill_margin_ms >= o->ttl_ms)
+        return cli_usage(a->cmd, "--grace must be well below the ttl");
+    return 0;
+}
+
+/* "NAME=value" in a new string (NULL when out of memory). */
+static char *run_env_var(const char *name, const char *value)
+{
+    size_t n = strlen(name), m = strlen(value);
+    char *s = malloc(n + m + 2);
+
+    if (s) {
+        memcpy(s, name, n);
+        s[n] = '=';
+        memcpy(s + n + 1, value, m + 1);
+    }
+    return s;
+}
+
+/* Frees what run_env_build() made: its first `ours` entries (the rest
+ * point into environ) and the array. */
+static void run_env_free(char **env, size_t ours)
+{
+    size_t i;
+
+    for (i = 0; i < ours; i++)
+        free(env[i]);
+    free(env);
+}
+
+/* Names the child gets from us alone: the user's own are dropped, so that
+ * a LEASE_TOKEN of an outer run is never mistaken for this one's. And
+ * LEASE_STORE, which may hold a password, unless --pass-store. */
+static int run_env_replaced(const char *entry)
+{
+    static const char *const names[] = { "LEASE_STORE=", "LEASE_KEY=", "LEASE_TOKEN=",
+                                         "LEASE_OWNER=", "LEASE_TTL_MS=", "LEASE_EPOCH=" };
+    size_t i;
+
+    for (i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+        if (strncmp(entry, names[i], strlen(names[i])) == 0)
+            return 1;
+    return 0;
+}
+
+/*
+ * The child's environment, built before fork: after fork in a process with
+ * a renewing thread only async-signal-safe calls are safe, so no setenv()
+ * there. The first *ours entries are new strings (run_env_free()).
+ */
+static char **run_env_build(const lease_grant *g, const run_opts *o,
+                            const char *store_url, size_t *ours)
+{
+    extern char **environ;
+    char num[32], **env;
+    size_t n = 0, k = 0, i;
+
+    while (environ[n])
+        n++;
+    if ((env = calloc(n + 8, sizeof(*env))) == NULL)
+        return NULL;
+    env[k++] = run_env_var("LEASE_KEY", g->key);
+    env[k++] = run_env_var("LEASE_OWNER", g->owner);
+    snprintf(num, sizeof(num), "%llu", (unsigned long long)g->token);
+    env[k++] = run_env_var("LEASE_TOKEN", num);
+    if (o->elect)
+        env[k++] = run_env_var("LEASE_EPOCH", num);
+    snprintf(num, sizeof(num), "%llu", (unsigned long long)g->ttl_ms);
+    env[k++] = run_env_var("LEASE_TTL_MS", num);
+    if (o->pass_store && store_url)
+        env[k++] = run_env_var("LEASE_STORE", store_url);
+    *ours = k;
+    for (i = 0; i < k; i++) {
+        if (env[i] == NULL) {
+            run_env_free(env, k);
+            return NULL;
+        }
+    }
+    for (i = 0; i < n; i++)
+        if (!run_env_replaced(environ[i]))
+            env[k++] = environ[i];
+    return env;
+}
+
+static pid_t start_child(char **argv, char **env, sigset_t *oldmask)
 {
     pid_t pid = fork();
 
     if (pid == 0) {
-        char buf[32];
-
         setpgid(0, 0);
         /* If `lease run` dies, nothing renews: the child must not outlive it. */
         prctl(PR_SET_PDEATHSIG, SIGKILL);
         if (getppid() == 1)
             _exit(127);
         sigprocmask(SIG_SETMASK, oldmask, NULL);
-        setenv("LEASE_KEY", g->key, 1);
-        setenv("LEASE_OWNER", g->owner, 1);
-        snprintf(buf, sizeof(buf), "%llu", (unsigned long long)g->token);
-        setenv("LEASE_TOKEN", buf, 1);
-        if (elect)
-            setenv("LEASE_EPOCH", buf, 1);
-        snprintf(buf, sizeof(buf), "%llu", (unsigned long long)g->ttl_ms);
-        setenv("LEASE_TTL_MS", buf, 1);
-        execvp(argv[0], argv);
+        execvpe(argv[0], argv, env);
         fprintf(stderr, "lease run: cannot run %s: %s\n", argv[0], strerror(errno));
         _exit(errno == ENOENT ? 127 : 126);
     }
@@ -192,248 +345,268 @@ static pid_t start_child(char **argv, const lease_grant *g, sigset_t *oldmask,
     return pid;
 }
 
-static int supervise(cli_globals *g, cli_args *a, int elect)
+/* Starts the child with the environment of run_env_build(). */
+static pid_t run_spawn(char **argv, const lease_grant *g, const run_opts *o,
+                       const cli_globals *gl, sigset_t *oldmask)
 {
-    const char *key = NULL, *label = NULL;
-    char owner[LEASE_OWNER_BUFSZ], deflabel[LEASE_LABEL_MAX + 1];
-    char ekey[LEASE_KEY_MAX + 1];
-    lease_campaign_opts co = LEASE_CAMPAIGN_OPTS_INIT;
-    authority au = { NULL, NULL };
-    uint64_t ttl_ms = DEFAULT_TTL_MS, wait_ms = 0, grace_ms = 0, kill_margin_ms;
-    int has_grace = 0, rc = 0, cmd_at = -1, status = 0, stopped_for_loss = 0;
+    const char *url = gl->store_url ? gl->store_url : getenv("LEASE_STORE");
+    size_t ours = 0;
+    char **env = run_env_build(g, o, url, &ours);
+    pid_t pid;
+
+    if (env == NULL) {
+        errno = ENOMEM;
+        return -1;
+    }
+    pid = start_child(argv, env, oldmask);
+    run_env_free(env, ours);
+    return pid;
+}
+
+/* The signals we forward, and SIGCHLD: read from a signalfd. */
+static void run_sigmask(sigset_t *mask)
+{
+    sigemptyset(mask);
+    sigaddset(mask, SIGCHLD);
+    sigaddset(mask, SIGINT);
+    sigaddset(mask, SIGTERM);
+    sigaddset(mask, SIGHUP);
+    sigaddset(mask, SIGQUIT);
+    sigaddset(mask, SIGUSR1);
+    sigaddset(mask, SIGUSR2);
+}
+
+/* run: acquire the lease, then keep it renewed. The forwarded signals are
+ * blocked before the renewing thread starts: it inherits the mask, and
+ * signalfd only sees signals blocked in every thread (otherwise SIGTERM
+ * could kill us from that thread). The lease is acquired before that, so
+ * that a long --wait stays interruptible. A negative LEASE_E* code, 0, or
+ * an exit code (the error already printed). */
+static int run_keep(authority *au, lease_grant *grant, lease_store *s,
+                    const run_opts *o, const sigset_t *mask, sigset_t *oldmask)
+{
     lease_acquire_opts ao = LEASE_ACQUIRE_OPTS_INIT;
     lease_keeper_opts ko = LEASE_KEEPER_OPTS_INIT;
-    lease_grant grant;
-    lease_store *s;
-    sigset_t mask, oldmask;
-    int sfd;
-    pid_t child;
-    int64_t term_sent = 0, kill_sent = 0, kill_at_fixed = 0;
-    run_log log = { 0, NULL, 0 };
-
-    for (a->i = 0; a->i < a->argc && rc == 0; a->i++) {
-        const char *arg = a->argv[a->i], *v;
-
-        if (strcmp(arg, "--") == 0) {
-            cmd_at = a->i + 1;
-            break;
-        }
-        if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) {
-            fputs(elect ? usage_elect : usage_run, stdout);
-            return EXIT_OK;
-        }
-        if (cli_parse_global(g, a, arg, &rc))
-            continue;
-        if (cli_flag_is(arg, "--ttl")) {
-            if ((v = cli_value(a, arg, &rc)))
-                rc = cli_duration(&ttl_ms, a->cmd, "--ttl", v, 0);
-        } else if (cli_flag_is(arg, "--wait")) {
-            if ((v = cli_value(a, arg, &rc)))
-                rc = cli_duration(&wait_ms, a->cmd, "--wait", v, 1);
-        } else if (cli_flag_is(arg, "--grace")) {
-            if ((v = cli_value(a, arg, &rc)))
-                rc = cli_duration(&grace_ms, a->cmd, "--grace", v, 1);
-            has_grace = 1;
-        } else if (cli_flag_is(arg, "--label")) {
-            label = cli_value(a, arg, &rc);
-        } else if ((rc = cli_positional(a, arg, &key, " (put the command after --)"))) {
-            return rc;
-        }
-    }
-    if (rc || (elect && (rc = cli_election_name(a, key))))
-        return rc;
-    if (key == NULL)
-        return cli_usage(a->cmd, "missing KEY");
-    if (!lease_key_valid(key))
-        return cli_usage(a->cmd, "KEY must be 1 to %d bytes", LEASE_KEY_MAX);
-    if (cmd_at < 0 || cmd_at >= a->argc)
-        return cli_usage(a->cmd, "missing the command: lease %s %s -- CMD [ARG...]",
-                         a->cmd, elect ? "NAME" : "KEY");
-    if (elect) {
-        snprintf(ekey, sizeof(ekey), "election/%s", key);
-        log.key = ekey;
-    } else {
-        log.key = key;
-    }
-    log.json = g->json;
-
-    /* Stop timing, from the ttl: SIGKILL lands kill_margin before the
-     * deadline (time to deliver it and reap), SIGTERM `grace` before that. */
-    kill_margin_ms = ttl_ms / 20 > 1000 ? 1000 : ttl_ms / 20;
-    if (kill_margin_ms == 0)
-        kill_margin_ms = 1;
-    if (!has_grace)
-        grace_ms = ttl_ms / 4 > 10000 ? 10000 : ttl_ms / 4;
-    if (grace_ms + kill_margin_ms >= ttl_ms)
-        return cli_usage(a->cmd, "--grace must be well below the ttl");
+    char owner[LEASE_OWNER_BUFSZ];
+    int rc;
 
     if ((rc = lease_owner_new(owner)) < 0)
-        return cli_fail(rc, "run");
-    if (label == NULL) {
-        cli_default_label(deflabel, sizeof(deflabel));
-        label = deflabel;
-    }
+        return rc;
     ao.owner = owner;
-    ao.ttl_ms = ttl_ms;
-    ao.label = label;
-    ao.wait_ms = wait_ms;
+    ao.ttl_ms = o->ttl_ms;
+    ao.label = o->label;
+    ao.wait_ms = o->wait_ms;
+    if ((rc = lease_acquire(grant, NULL, s, o->key, &ao)) < 0)
+        return rc;
+    sigprocmask(SIG_BLOCK, mask, oldmask);
+    ko.on_lost = on_lost;
+    if ((rc = lease_keeper_start(&au->keeper, s, grant, &ko)) < 0) {
+        rc = cli_fail(rc, "run");
+        lease_release(s, grant);
+    }
+    return rc;
+}
+
+/* elect: campaign with the signals blocked from the start (the election
+ * starts its renewing thread itself). */
+static int run_lead(authority *au, lease_grant *grant, lease_store *s,
+                    const run_opts *o, const sigset_t *mask, sigset_t *oldmask)
+{
+    lease_campaign_opts co = LEASE_CAMPAIGN_OPTS_INIT;
+    int rc;
+
+    sigprocmask(SIG_BLOCK, mask, oldmask);
+    co.ttl_ms = o->ttl_ms;
+    co.label = o->label;
+    co.on_stepdown = on_stepdown;
+    rc = campaign(&au->election, s, o->key, &co, o->wait_ms);
+    if (rc == 1) {
+        fputs("lease elect: interrupted while campaigning for '", stderr);
+        cli_put_text(stderr, o->key);
+        fputs("'\n", stderr);
+        return 130;
+    }
+    if (rc == 0)
+        *grant = *lease_election_grant(au->election);
+    return rc;
+}
+
+/* Opens the store, takes the authority, closes the store (the keeper or
+ * election keeps its own connection). 0, or the exit code. */
+static int run_acquire(authority *au, lease_grant *grant, cli_globals *g,
+                       cli_args *a, const run_opts *o, sigset_t *oldmask)
+{
+    lease_store *s;
+    sigset_t mask;
+    int rc;
+
     if ((rc = cli_open_store(&s, g)))
         return rc;
-    if (pipe(lost_pipe) != 0) {
-        perror("lease run: pipe");
-        lease_store_close(s);
-        return EXIT_FAIL;
-    }
-    /* Block the signals we forward before a renewing thread starts: it
-     * inherits the mask, and signalfd only sees signals blocked in every
-     * thread (otherwise SIGTERM could kill us from that thread). A lease
-     * is acquired before that, so that a long --wait stays interruptible. */
-    sigemptyset(&mask);
-    sigaddset(&mask, SIGCHLD);
-    sigaddset(&mask, SIGINT);
-    sigaddset(&mask, SIGTERM);
-    sigaddset(&mask, SIGHUP);
-    sigaddset(&mask, SIGQUIT);
-    sigaddset(&mask, SIGUSR1);
-    sigaddset(&mask, SIGUSR2);
-    if (elect) {
-        sigprocmask(SIG_BLOCK, &mask, &oldmask);
-        co.ttl_ms = ttl_ms;
-        co.label = label;
-        co.on_stepdown = on_stepdown;
-        rc = campaign(&au.election, s, key, &co, wait_ms, &mask);
-        if (rc == 1) {
-            fprintf(stderr, "lease elect: interrupted while campaigning for '%s'\n", key);
-            lease_store_close(s);
-            return 130;
-        }
-        if (rc == 0)
-            grant = *lease_election_grant(au.election);
-    } else {
-        rc = lease_acquire(&grant, NULL, s, key, &ao);
-    }
-    if (rc < 0) {
-        lease_store_close(s);
-        return cli_fail(rc, a->cmd);
-    }
-    log.token = grant.token;
-    event(&log, "acquired", 0,
-          json_pack("{s:s, s:I, s:I}", "owner", grant.owner, "ttl_ms",
-                    (json_int_t)grant.ttl_ms, "deadline_ns",
-                    (json_int_t)grant.deadline_ns));
-
-    if (!elect) {
-        sigprocmask(SIG_BLOCK, &mask, &oldmask);
-        ko.on_lost = on_lost;
-        if ((rc = lease_keeper_start(&au.keeper, s, &grant, &ko)) < 0) {
-            rc = cli_fail(rc, "run");
-            lease_release(s, &grant);
-            lease_store_close(s);
-            return rc;
-        }
-    }
+    run_sigmask(&mask);
+    if (o->elect)
+        rc = run_lead(au, grant, s, o, &mask, oldmask);
+    else
+        rc = run_keep(au, grant, s, o, &mask, oldmask);
+    if (rc < 0)
+        rc = cli_fail(rc, a->cmd);
     lease_store_close(s);
+    return rc;
+}
 
-    sfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
-    child = start_child(a->argv + cmd_at, &grant, &oldmask, elect);
-    if (sfd < 0 || child < 0) {
-        perror("lease run: cannot start the command");
-        if (child > 0)
-            kill(-child, SIGKILL);
-        auth_end(&au, 1);
-        return EXIT_FAIL;
+/* Where the stop sequence stands. */
+typedef struct {
+    pid_t child;
+    int stopped_for_loss;
+    int64_t term_sent, kill_sent, kill_at_fixed;
+} run_stop;
+
+/*
+ * One pass of the stop sequence, timed against the local deadline:
+ *   term_at = deadline - grace - kill_margin   SIGTERM to the group
+ *   kill_at = deadline - kill_margin           SIGKILL to the group
+ * Returns how long poll() may wait (at most 50 ms).
+ */
+static int run_stop_step(run_stop *st, const authority *au, const run_opts *o,
+                         const run_log *log)
+{
+    int64_t now, deadline = auth_deadline(au), next;
+    int64_t term_at = deadline - (int64_t)(o->grace_ms + o->kill_margin_ms) * 1000000;
+    int64_t kill_at = st->kill_at_fixed ? st->kill_at_fixed
+                                        : deadline - (int64_t)o->kill_margin_ms * 1000000;
+    int timeout_ms;
+
+    now = lease_clock_ns();
+    /* A leader stops at once when leadership becomes uncertain. */
+    if (o->elect && !auth_valid(au))
+        st->stopped_for_loss = 1;
+    if (!st->term_sent && (now >= term_at || st->stopped_for_loss)) {
+        st->stopped_for_loss = 1;
+        st->term_sent = now;
+        /* Once stopping, the kill time is fixed: a late renewal must not
+         * push it beyond the deadline we started from. */
+        if (!st->kill_at_fixed) {
+            st->kill_at_fixed = now + (int64_t)o->grace_ms * 1000000;
+            if (st->kill_at_fixed > kill_at)
+                st->kill_at_fixed = kill_at;
+            kill_at = st->kill_at_fixed;
+        }
+        kill(-st->child, SIGTERM);
+        event(log, "stopping", 1, json_pack("{s:s, s:I}", "signal", "SIGTERM",
+                                            "deadline_ns", (json_int_t)deadline));
     }
-    event(&log, "started", 0, json_pack("{s:i}", "pid", (int)child));
+    if (st->term_sent && !st->kill_sent && now >= kill_at) {
+        st->kill_sent = now;
+        kill(-st->child, SIGKILL);
+        event(log, "stopping", 1, json_pack("{s:s, s:I}", "signal", "SIGKILL",
+                                            "deadline_ns", (json_int_t)deadline));
+    }
+    next = st->term_sent ? (st->kill_sent ? now + 50000000 : kill_at) : term_at;
+    timeout_ms = (int)((next - now) / 1000000);
+    return timeout_ms < 0 ? 0 : timeout_ms > 50 ? 50 : timeout_ms;
+}
 
-    /* Bounded: every pass waits at most 50 ms, and the stop sequence ends
-     * the child (SIGKILL cannot be ignored) before the local deadline. */
+/* Waits for the child, forwarding signals and stopping it in time.
+ * Bounded: every pass waits at most 50 ms, and the stop sequence ends the
+ * child (SIGKILL cannot be ignored) before the local deadline. */
+static int run_wait(run_stop *st, int sfd, const authority *au,
+                    const run_opts *o, const run_log *log)
+{
+    int status = 0;
+
     for (;;) {
         struct pollfd fds[2] = { { sfd, POLLIN, 0 }, { lost_pipe[0], POLLIN, 0 } };
-        int64_t now, deadline = auth_deadline(&au);
-        int64_t term_at = deadline - (int64_t)(grace_ms + kill_margin_ms) * 1000000;
-        int64_t kill_at = deadline - (int64_t)kill_margin_ms * 1000000;
-        int64_t next;
-        int timeout_ms;
+        int timeout_ms = run_stop_step(st, au, o, log);
 
-        if (kill_at_fixed)
-            kill_at = kill_at_fixed;
-        now = lease_clock_ns();
-        /* A leader stops at once when leadership becomes uncertain. */
-        if (elect && !auth_valid(&au))
-            stopped_for_loss = 1;
-        if (!term_sent && (now >= term_at || stopped_for_loss)) {
-            stopped_for_loss = 1;
-            term_sent = now;
-            /* Once stopping, the kill time is fixed: a late renewal must
-             * not push it beyond the deadline we started from. */
-            if (!kill_at_fixed) {
-                kill_at_fixed = now + (int64_t)grace_ms * 1000000;
-                if (kill_at_fixed > kill_at)
-                    kill_at_fixed = kill_at;
-                kill_at = kill_at_fixed;
-            }
-            kill(-child, SIGTERM);
-            event(&log, "stopping", 1,
-                  json_pack("{s:s, s:I}", "signal", "SIGTERM", "deadline_ns",
-                            (json_int_t)deadline));
-        }
-        if (term_sent && !kill_sent && now >= kill_at) {
-            kill_sent = now;
-            kill(-child, SIGKILL);
-            event(&log, "stopping", 1,
-                  json_pack("{s:s, s:I}", "signal", "SIGKILL", "deadline_ns",
-                            (json_int_t)deadline));
-        }
-        next = term_sent ? (kill_sent ? now + 50000000 : kill_at) : term_at;
-        timeout_ms = (int)((next - now) / 1000000);
-        if (timeout_ms < 0)
-            timeout_ms = 0;
-        if (timeout_ms > 50)
-            timeout_ms = 50;
         if (poll(fds, 2, timeout_ms) < 0 && errno != EINTR)
             break;
         if (fds[1].revents & POLLIN) {
             char c = 0;
-            if (read(lost_pipe[0], &c, 1) == 1 && !stopped_for_loss) {
-                stopped_for_loss = 1;
-                event(&log, "lost", 1,
-                      json_pack("{s:s}", "reason",
-                                c == 'L' ? "ELOST" : "ESTORE"));
+            if (read(lost_pipe[0], &c, 1) == 1 && !st->stopped_for_loss) {
+                st->stopped_for_loss = 1;
+                event(log, "lost", 1, json_pack("{s:s}", "reason",
+                                                c == 'L' ? "ELOST" : "ESTORE"));
             }
         }
         if (fds[0].revents & POLLIN) {
             struct signalfd_siginfo si;
             if (read(sfd, &si, sizeof(si)) == (ssize_t)sizeof(si) &&
                 si.ssi_signo != SIGCHLD) {
-                kill(-child, (int)si.ssi_signo);
-                event(&log, "forwarded", 0,
-                      json_pack("{s:i}", "signal", (int)si.ssi_signo));
+                kill(-st->child, (int)si.ssi_signo);
+                event(log, "forwarded", 0, json_pack("{s:i}", "signal", (int)si.ssi_signo));
             }
         }
-        if (waitpid(child, &status, WNOHANG) == child)
+        if (waitpid(st->child, &status, WNOHANG) == st->child)
             break;
     }
-    {
-        int64_t exited = lease_clock_ns();
-        int64_t deadline = auth_deadline(&au);
-        int code = WIFEXITED(status) ? WEXITSTATUS(status)
-                                     : 128 + WTERMSIG(status);
-        int valid = auth_valid(&au);
+    return status;
+}
 
-        /* Anything the child left in its group goes with it. */
-        kill(-child, SIGKILL);
-        event(&log, "exited", stopped_for_loss,
-              json_pack("{s:i, s:I, s:I, s:b}", "code", code, "exited_ns",
-                        (json_int_t)exited, "deadline_ns", (json_int_t)deadline,
-                        "before_deadline", exited < deadline));
-        /* Release whenever the lease may still be ours, so the next holder
-         * need not wait for the ttl; a lost lease gives ELOST, harmlessly. */
-        rc = auth_end(&au, valid);
-        if (valid)
-            event(&log, rc == 0 ? "released" : "release_failed", rc != 0, NULL);
-        close(sfd);
-        return stopped_for_loss ? EXIT_LOST : code;
+/* After the child: end its group, log, release while the lease may still
+ * be ours (so the next holder need not wait for the ttl; a lost lease gives
+ * ELOST, harmlessly). */
+static int run_finish(const run_stop *st, int status, const authority *au,
+                      const run_log *log)
+{
+    int64_t exited = lease_clock_ns(), deadline = auth_deadline(au);
+    int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    int valid = auth_valid(au), rc;
+
+    kill(-st->child, SIGKILL);
+    event(log, "exited", st->stopped_for_loss,
+          json_pack("{s:i, s:I, s:I, s:b}", "code", code, "exited_ns",
+                    (json_int_t)exited, "deadline_ns", (json_int_t)deadline,
+                    "before_deadline", exited < deadline));
+    rc = auth_end(au, valid);
+    if (valid)
+        event(log, rc == 0 ? "released" : "release_failed", rc != 0, NULL);
+    return st->stopped_for_loss ? EXIT_LOST : code;
+}
+
+static int supervise(cli_globals *g, cli_args *a, int elect)
+{
+    run_opts o = { NULL, NULL, DEFAULT_TTL_MS, 0, 0, 0, 0, 0, -1, elect, "" };
+    authority au = { NULL, NULL };
+    run_log log = { 0, NULL, 0 };
+    run_stop st = { 0, 0, 0, 0, 0 };
+    char ekey[LEASE_KEY_MAX + 1];
+    lease_grant grant;
+    sigset_t mask, oldmask;
+    int rc, sfd;
+
+    if ((rc = run_parse(g, a, &o)) || (rc = run_check(a, &o)))
+        return rc < 0 ? EXIT_OK : rc;
+    snprintf(ekey, sizeof(ekey), "election/%s", o.key);
+    log.key = elect ? ekey : o.key;
+    log.json = g->json;
+    if (o.label == NULL) {
+        cli_default_label(o.deflabel, sizeof(o.deflabel));
+        o.label = o.deflabel;
     }
+    /* Close-on-exec, as every descriptor: a child must not write on it. */
+    if (lost_pipe[0] < 0 && pipe2(lost_pipe, O_CLOEXEC) != 0) {
+        perror("lease run: pipe");
+        return EXIT_FAIL;
+    }
+    if ((rc = run_acquire(&au, &grant, g, a, &o, &oldmask)))
+        return rc;
+    log.token = grant.token;
+    event(&log, "acquired", 0,
+          json_pack("{s:s, s:I, s:I}", "owner", grant.owner, "ttl_ms",
+                    (json_int_t)grant.ttl_ms, "deadline_ns", (json_int_t)grant.deadline_ns));
+    run_sigmask(&mask);
+    sfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
+    st.child = sfd < 0 ? -1 : run_spawn(a->argv + o.cmd_at, &grant, &o, g, &oldmask);
+    if (sfd < 0 || st.child < 0) {
+        perror("lease run: cannot start the command");
+        auth_end(&au, 1);
+        if (sfd >= 0)
+            close(sfd);
+        return EXIT_FAIL;
+    }
+    event(&log, "started", 0, json_pack("{s:i}", "pid", (int)st.child));
+    rc = run_finish(&st, run_wait(&st, sfd, &au, &o, &log), &au, &log);
+    close(sfd);
+    return rc;
 }
 
 int cmd_run(cli_globals *g, cli_args *a)

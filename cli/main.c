@@ -7,9 +7,10 @@
 #include <string.h>
 
 #include "cli.h"
+#include "escape.h"
 
 static const char usage_main[] =
-    "usage: lease [--store URL] [--timeout DUR] COMMAND [ARGS]\n"
+    "usage: lease [--store URL | --store-file PATH] [--timeout DUR] COMMAND [ARGS]\n"
     "\n"
     "Distributed leases with fencing tokens.\n"
     "\n"
@@ -20,19 +21,30 @@ static const char usage_main[] =
     "  show    KEY [--json]\n"
     "  ls      [PREFIX] [--json]\n"
     "  history KEY [--limit N] [--json]\n"
-    "  run     KEY [--ttl DUR] [--wait DUR] [--label TEXT] [--grace DUR] -- CMD [ARG...]\n"
+    "  run     KEY [--ttl DUR] [--wait DUR] [--label TEXT] [--grace DUR] [--pass-store]\n"
+    "          -- CMD [ARG...]\n"
     "  fence   RESOURCE TOKEN [--json]\n"
-    "  elect   NAME [--ttl DUR] [--wait DUR] [--label TEXT] [--grace DUR] -- CMD [ARG...]\n"
+    "  elect   NAME [--ttl DUR] [--wait DUR] [--label TEXT] [--grace DUR] [--pass-store]\n"
+    "          -- CMD [ARG...]\n"
     "  leader  NAME [--watch] [--count N] [--for DUR] [--json]\n"
-    "  agent   NAME --listen HOST:PORT [--label TEXT] [--ttl DUR]\n"
+    "  agent   NAME --listen HOST:PORT [--label TEXT] [--ttl DUR] [--max-connections N]\n"
+    "                [--max-per-ip N] [--idle-timeout DUR]\n"
     "\n"
     "global options (before or after the command):\n"
     "  --store URL     sqlite:path.db, sqlite:///abs/path.db, postgres://user:pw@host/db,\n"
     "                  redis://host:6379, etcd://host:2379[,host:2379...]\n"
     "                  (default: $LEASE_STORE, then $XDG_STATE_HOME/lease/lease.db\n"
     "                  or ~/.local/state/lease/lease.db)\n"
-    "  --timeout DUR   bound on each store call (default 5s)\n"
+    "  --store-file PATH  read the store URL from the first line of PATH, which\n"
+    "                  must be readable by you alone (chmod 600)\n"
+    "  --timeout DUR   bound on the whole of each store call (default 5s)\n"
     "  --help, --version\n"
+    "\n"
+    "secrets: a password in --store URL is hidden from ps once parsed, but other\n"
+    "  users may see it before; keep it out of argv with $LEASE_STORE (never\n"
+    "  given to the command of run/elect unless --pass-store), --store-file PATH,\n"
+    "  libpq's ~/.pgpass or $PGPASSFILE for postgres://, or ?password_file=PATH\n"
+    "  (0600) in a redis:// URL.\n"
     "\n"
     "durations: 250ms, 30s, 5m, 1h, 1m30s\n"
     "exit codes: 0 ok, 1 other failure, 2 usage, 3 busy, 4 lease lost,\n"
@@ -164,6 +176,19 @@ static int parse(cli_globals *g, cli_args *a, cmd_opts *o, const char *allowed,
     return rc;
 }
 
+/* One line for acquire, renew, release; the key is the user's bytes. */
+static void print_grant(const char *verb, const lease_grant *g, int detail)
+{
+    printf("%s ", verb);
+    cli_put_text(stdout, g->key);
+    printf(" token %llu", (unsigned long long)g->token);
+    if (detail > 0)
+        printf(" owner %s", g->owner);
+    if (detail >= 0)
+        printf(" ttl %llums", (unsigned long long)g->ttl_ms);
+    putchar('\n');
+}
+
 static int need_key(cli_args *a, int npos, const char *what)
 {
     if (npos < 1)
@@ -204,6 +229,8 @@ static int cmd_acquire(cli_globals *g, cli_args *a)
     } else if ((rc = lease_owner_new(owner)) < 0) {
         return cli_fail(rc, "acquire");
     }
+    if ((rc = cli_check_label(a, o.label)))
+        return rc;
     if (o.label == NULL) {
         cli_default_label(label, sizeof(label));
         o.label = label;
@@ -221,9 +248,7 @@ static int cmd_acquire(cli_globals *g, cli_args *a)
     if (g->json)
         cli_print_json(cli_grant_json(&grant));
     else
-        printf("acquired %s token %llu owner %s ttl %llums\n", grant.key,
-               (unsigned long long)grant.token, grant.owner,
-               (unsigned long long)grant.ttl_ms);
+        print_grant("acquired", &grant, 1);
     return EXIT_OK;
 }
 
@@ -281,9 +306,7 @@ static int cmd_renew(cli_globals *g, cli_args *a)
     if (g->json)
         cli_print_json(cli_grant_json(&grant));
     else
-        printf("renewed %s token %llu ttl %llums\n", grant.key,
-               (unsigned long long)grant.token,
-               (unsigned long long)grant.ttl_ms);
+        print_grant("renewed", &grant, 0);
     return EXIT_OK;
 }
 
@@ -307,23 +330,30 @@ static int cmd_release(cli_globals *g, cli_args *a)
     if (rc < 0)
         return cli_fail(rc, "release");
     if (g->json)
-        cli_print_json(json_pack("{s:o, s:b, s:I}", "key", json_string(grant.key),
+        cli_print_json(json_pack("{s:o, s:b, s:I}", "key", cli_json_str(grant.key),
                                  "released", 1, "token", (json_int_t)grant.token));
     else
-        printf("released %s token %llu\n", grant.key,
-               (unsigned long long)grant.token);
+        print_grant("released", &grant, -1);
     return EXIT_OK;
 }
 
+/* Keys, labels and owners come from anybody who can write to the store:
+ * escaped (escape.h), so that none can move the cursor or forge a line. */
 static void print_info(const lease_info *i)
 {
     const char *state = i->held ? "held" : i->owner[0] ? "expired" : "free";
+    char *key = cli_text(i->key);
 
-    printf("%-32s %-8s token %-6llu", i->key, state,
+    printf("%-32s %-8s token %-6llu", key ? key : "?", state,
            (unsigned long long)i->token);
-    if (i->held)
-        printf(" %6llums left  %s (%s)", (unsigned long long)i->remaining_ms,
-               i->label[0] ? i->label : "-", i->owner);
+    free(key);
+    if (i->held) {
+        printf(" %6llums left  ", (unsigned long long)i->remaining_ms);
+        cli_put_text(stdout, i->label[0] ? i->label : "-");
+        fputs(" (", stdout);
+        cli_put_text(stdout, i->owner);
+        putchar(')');
+    }
     putchar('\n');
 }
 
@@ -386,6 +416,27 @@ static int cmd_ls(cli_globals *g, cli_args *a)
     return EXIT_OK;
 }
 
+static void print_history(const lease_history_entry *h, size_t n)
+{
+    size_t i;
+
+    printf("%-8s %-24s %-9s %-24s %-9s %s\n", "TOKEN", "ACQUIRED", "ENDED",
+           "ENDED AT", "TTL", "LABEL (OWNER)");
+    for (i = 0; i < n; i++) {
+        char acquired[40], ended[40], ttl[24];
+
+        cli_format_wall(acquired, sizeof(acquired), h[i].acquired_ms);
+        cli_format_wall(ended, sizeof(ended), h[i].ended_ms);
+        snprintf(ttl, sizeof(ttl), "%llums", (unsigned long long)h[i].ttl_ms);
+        printf("%-8llu %-24s %-9s %-24s %-9s ", (unsigned long long)h[i].token,
+               acquired, lease_ended_name(h[i].ended), ended, ttl);
+        cli_put_text(stdout, h[i].label[0] ? h[i].label : "-");
+        fputs(" (", stdout);
+        cli_put_text(stdout, h[i].owner);
+        fputs(")\n", stdout);
+    }
+}
+
 static int cmd_history(cli_globals *g, cli_args *a)
 {
     cmd_opts o = { 0 };
@@ -416,21 +467,11 @@ static int cmd_history(cli_globals *g, cli_args *a)
             json_array_append_new(arr, cli_history_json(&h[i]));
         cli_print_json(arr);
     } else if (n == 0) {
-        printf("no grants recorded for %s\n", pos[0]);
+        fputs("no grants recorded for ", stdout);
+        cli_put_text(stdout, pos[0]);
+        putchar('\n');
     } else {
-        printf("%-8s %-24s %-9s %-24s %-9s %s\n", "TOKEN", "ACQUIRED", "ENDED",
-               "ENDED AT", "TTL", "LABEL (OWNER)");
-        for (i = 0; i < n; i++) {
-            char acquired[40], ended[40], ttl[24];
-
-            cli_format_wall(acquired, sizeof(acquired), h[i].acquired_ms);
-            cli_format_wall(ended, sizeof(ended), h[i].ended_ms);
-            snprintf(ttl, sizeof(ttl), "%llums", (unsigned long long)h[i].ttl_ms);
-            printf("%-8llu %-24s %-9s %-24s %-9s %s (%s)\n",
-                   (unsigned long long)h[i].token, acquired,
-                   lease_ended_name(h[i].ended), ended, ttl,
-                   h[i].label[0] ? h[i].label : "-", h[i].owner);
-        }
+        print_history(h, n);
     }
     lease_history_free(h);
     return EXIT_OK;
@@ -467,7 +508,9 @@ static int cmd_fence(cli_globals *g, cli_args *a)
         printf("accepted token %llu (mark %llu)\n", (unsigned long long)token,
                (unsigned long long)mark);
     if (rc == LEASE_ESTALE) {
-        fprintf(stderr, "lease fence: ESTALE: %s\n", lease_errmsg());
+        fputs("lease fence: ESTALE: ", stderr);
+        cli_put_text(stderr, lease_errmsg());
+        fputc('\n', stderr);
         return EXIT_STALE;
     }
     return EXIT_OK;
@@ -489,11 +532,13 @@ static const command commands[] = {
 
 int main(int argc, char **argv)
 {
-    cli_globals g = { NULL, 0, 0 };
+    cli_globals g = { NULL, 0, 0, 0, 0 };
     cli_args a = { argc - 1, argv + 1, 0, NULL };
     size_t c;
     int rc = 0;
 
+    if ((rc = cli_take_env_store(&g)) != 0)
+        return rc;
     /* Global options before the command. */
     for (a.i = 0; a.i < a.argc; a.i++) {
         const char *arg = a.argv[a.i];

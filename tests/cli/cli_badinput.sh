@@ -194,6 +194,47 @@ bad 2 "run --grace larger than the ttl" run k --ttl 1s --grace 5s -- true
 bad 2 "run --grace equal to the ttl" run k --ttl 1s --grace 1s -- true
 bad 2 "run --grace larger than the default ttl" run k --grace 40s -- true
 
+section "bad input gives 2 before any connection (nothing listens on port 1)"
+# Each of these would be refused by the library, but only once the store
+# was opened: with an unreachable store that was exit 6. Checked first now.
+# (The SQLite store of `bad` is not involved: only the exit and messages.)
+offline() {
+    local what=$1
+    shift
+    call "$LEASE" "$@"
+    expect_error 2 "$what"
+}
+for url in redis://127.0.0.1:1 postgres://127.0.0.1:1/db etcd://127.0.0.1:1; do
+    offline "$url: acquire --label of 256 bytes" --store "$url" acquire k --label "$K256"
+    offline "$url: acquire --wait 25h" --store "$url" acquire k --wait 25h
+    offline "$url: acquire --ttl 25h" --store "$url" acquire k --ttl 25h
+    offline "$url: run --label of 256 bytes" --store "$url" run k --label "$K256" -- touch "$T/ran"
+    offline "$url: run --wait 25h" --store "$url" run k --wait 25h -- touch "$T/ran"
+    offline "$url: run --grace 25h" --store "$url" run k --grace 25h -- touch "$T/ran"
+    offline "$url: elect --label of 256 bytes" --store "$url" elect n --label "$K256" -- touch "$T/ran"
+    offline "$url: elect --wait 25h" --store "$url" elect n --wait 25h -- touch "$T/ran"
+    offline "$url: --timeout 25h" --store "$url" --timeout 25h ls
+done
+# The other flags, against one unreachable store (each was already checked
+# before connecting; this keeps it so).
+for url in postgres://127.0.0.1:1/db; do
+    offline "$url: show with a 256-byte key" --store "$url" show "$K256"
+    offline "$url: ls with a 256-byte prefix" --store "$url" ls "$K256"
+    offline "$url: history --limit 201" --store "$url" history k --limit 201
+    offline "$url: history --limit 0" --store "$url" history k --limit 0
+    offline "$url: renew --token 0" --store "$url" renew k --owner "$OWNER" --token 0
+    offline "$url: release --owner bad" --store "$url" release k --owner bad --token 1
+    offline "$url: fence TOKEN 0" --store "$url" fence res 0
+    offline "$url: leader --count 0" --store "$url" leader n --watch --count 0
+    offline "$url: agent --label of 256 bytes" --store "$url" agent n --listen 127.0.0.1:9 --label "$K256"
+done
+assert_no_file "$T/ran" "no command ran"
+# A bad URL parameter is the store's open to refuse, before it connects.
+for url in "postgres://127.0.0.1:1/db?lease_table=" "postgres://127.0.0.1:1/db?lease_table=a;b" \
+    "postgres://127.0.0.1:1/db?lease_table=$K256"; do
+    offline "$url: a bad lease_table" --store "$url" show k
+done
+
 section "limits that must work"
 call "$LEASE" acquire "$K255" --json
 expect_rc 0 "a 255-byte key"

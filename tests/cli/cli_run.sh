@@ -67,7 +67,9 @@ assert_eq "$(jget "$OUT" .token)" "${e_token:-}" "show: the token run had"
 call "$LEASE" run envk --ttl 5s -- sh -c 'echo "$LEASE_TTL_MS $LEASE_TOKEN"'
 expect_rc 0 "run envk --ttl 5s"
 assert_eq "$OUT" "5000 $(( ${e_token:-0} + 1 ))" "LEASE_TTL_MS with --ttl, and the next token; child's stdout passed through"
-call "$LEASE" run envk --label my-label -- sh -c '"$0" show envk --json' "$LEASE"
+# The child reaches the store only when asked to (--pass-store): LEASE_STORE
+# may hold a password (cli_secrets checks that it is dropped otherwise).
+call "$LEASE" run envk --label my-label --pass-store -- sh -c '"$0" show envk --json' "$LEASE"
 expect_rc 0 "run with --label"
 assert_eq "$(jget "$OUT" .state)" held "the key is held while the child runs"
 assert_eq "$(jget "$OUT" .label)" my-label "--label is the holder label"
@@ -233,7 +235,7 @@ assert_eq "$(jget "$OUT" '[.state, .owner] | @tsv')" "$(printf 'held\t%s' "$OWNE
     "taken: the new owner still holds the key (the lost run released nothing)"
 
 section "(g) renewal keeps the lease held longer than its ttl"
-call "$LEASE" run renewed --ttl 1s --json -- sh -c \
+call "$LEASE" run renewed --ttl 1s --json --pass-store -- sh -c \
     'sleep 3; "$0" show renewed --json > "$T/g.json"; echo "$LEASE_TOKEN" > "$T/g.token"' "$LEASE"
 expect_rc 0 "run --ttl 1s of a child that runs for 3 s"
 G=$(cat "$T/g.json" 2>/dev/null)

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Build lease twice (plain, and with AddressSanitizer + UndefinedBehaviorSanitizer),
-# warnings as errors, and run every test through ctest in both builds.
+# warnings as errors, and run every test through ctest in both builds; then
+# build the libFuzzer targets (clang) and run each for LEASE_FUZZ_SECONDS
+# (default 20) through ctest, so that a regression in a parser is caught.
 # The store servers the tests need are started here, on loopback ports in a
 # temporary directory, and stopped on exit.
 set -euo pipefail
@@ -53,3 +55,6 @@ run_suite build
 echo "== build and tests with ASan + UBSan"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   run_suite build-asan -DLEASE_SANITIZE=ON
+echo "== fuzz targets (clang, libFuzzer + ASan + UBSan, ${LEASE_FUZZ_SECONDS:-20} s each)"
+run_suite build-fuzz -DCMAKE_C_COMPILER=clang -DLEASE_FUZZ=ON \
+  -DLEASE_FUZZ_SECONDS="${LEASE_FUZZ_SECONDS:-20}"

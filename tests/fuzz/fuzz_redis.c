@@ -1,0 +1,204 @@
+/*
+ * fuzz_redis.c - the Redis store reading replies it cannot trust.
+ *
+ * A fake Redis runs in a thread of this process on 127.0.0.1 (an ephemeral
+ * port, kept for the whole run). The commands of a connection's set-up are
+ * answered as a healthy server would (SCRIPT LOAD: a 40-character sha;
+ * CONFIG GET: appendonly yes, appendfsync always; AUTH, SELECT: +OK), so
+ * that the input goes to the operations. The input is split at 0x01 bytes
+ * into replies: every other command gets the next one, sent as it is. When
+ * a reply is not exactly whole RESP values (hiredis' own reader decides),
+ * the connection is closed after it, so no call waits for bytes that never
+ * come; once the replies are used up, every command gets an error. The
+ * fuzzer stays fast.
+ *
+ * The store then runs acquire, renew, guarded put, release, inspect, list,
+ * fence advance and mark, data get and history; the properties are those of
+ * fuzz_etcd.c (outcomes are LEASE_E* codes with a message, tokens 1 ..
+ * 2^63-1, ttls within the cap, no grant past its local deadline).
+ */
+#define _GNU_SOURCE /* accept4 */
+#include <hiredis/hiredis.h>
+#include <poll.h>
+#include <pthread.h>
+#include <strings.h>
+
+#include "fuzz_util.h"
+#include "lease_int.h"
+#include "fuzz_store.h"
+
+/* The replies point into `input`, the fake's own copy (see fuzz_etcd.c). */
+static struct {
+    pthread_mutex_t mu;
+    uint8_t *input;
+    fuzz_pieces replies;
+    size_t used; /* replies sent since the input began */
+    int port;
+} redis_fake = { PTHREAD_MUTEX_INITIALIZER, NULL, { { 0 }, { 0 }, 0 }, 0, 0 };
+
+static const char redis_sha[] = "$40\r\n0123456789abcdef0123456789abcdef01234567\r\n";
+static const char redis_config[] = "*4\r\n$10\r\nappendonly\r\n$3\r\nyes\r\n"
+                                   "$11\r\nappendfsync\r\n$6\r\nalways\r\n";
+
+/* Is buf exactly one or more whole RESP values? */
+static int redis_whole(const uint8_t *buf, size_t len)
+{
+    redisReader *r = redisReaderCreate();
+    void *reply = NULL;
+    int whole = 0;
+
+    if (r == NULL)
+        abort();
+    if (len > 0 && redisReaderFeed(r, (const char *)buf, len) == REDIS_OK) {
+        while (redisReaderGetReply(r, &reply) == REDIS_OK && reply != NULL) {
+            freeReplyObject(reply);
+            reply = NULL;
+            whole = r->pos == r->len || r->len == 0;
+        }
+        if (r->err)
+            whole = 0;
+    }
+    redisReaderFree(r);
+    return whole;
+}
+
+/* Answer one command; 0 when the connection must close after it. */
+static int redis_answer(int fd, const redisReply *cmd)
+{
+    const char *name = cmd->type == REDIS_REPLY_ARRAY && cmd->elements > 0 &&
+                               cmd->element[0]->type == REDIS_REPLY_STRING
+                           ? cmd->element[0]->str
+                           : "";
+    int keep;
+
+    if (strcasecmp(name, "SCRIPT") == 0) {
+        fuzz_write_all(fd, redis_sha, strlen(redis_sha));
+        return 1;
+    }
+    if (strcasecmp(name, "CONFIG") == 0) {
+        fuzz_write_all(fd, redis_config, strlen(redis_config));
+        return 1;
+    }
+    if (strcasecmp(name, "AUTH") == 0 || strcasecmp(name, "SELECT") == 0) {
+        fuzz_write_all(fd, "+OK\r\n", 5);
+        return 1;
+    }
+    pthread_mutex_lock(&redis_fake.mu);
+    if (redis_fake.used < redis_fake.replies.n) {
+        size_t i = redis_fake.used++;
+        fuzz_write_all(fd, redis_fake.replies.at[i], redis_fake.replies.len[i]);
+        keep = redis_whole(redis_fake.replies.at[i], redis_fake.replies.len[i]);
+    } else {
+        /* Used up: an error keeps the connection, so that the calls left
+         * fail at once instead of connecting again. */
+        static const char none[] = "-ERR fuzz: no reply left\r\n";
+        fuzz_write_all(fd, none, strlen(none));
+        keep = 1;
+    }
+    pthread_mutex_unlock(&redis_fake.mu);
+    return keep;
+}
+
+static void redis_connection(int fd)
+{
+    redisReader *r = redisReaderCreate();
+    char buf[16384];
+
+    if (r == NULL)
+        abort();
+    for (;;) {
+        struct pollfd pfd = { fd, POLLIN, 0 };
+        void *cmd = NULL;
+        ssize_t n;
+
+        if (poll(&pfd, 1, 2000) <= 0 || (n = recv(fd, buf, sizeof(buf), 0)) <= 0)
+            break;
+        if (redisReaderFeed(r, buf, (size_t)n) != REDIS_OK)
+            break;
+        while (redisReaderGetReply(r, &cmd) == REDIS_OK && cmd != NULL) {
+            int keep = redis_answer(fd, cmd);
+            freeReplyObject(cmd);
+            cmd = NULL;
+            if (!keep)
+                goto done;
+        }
+        if (r->err)
+            break;
+    }
+done:
+    redisReaderFree(r);
+}
+
+static void *redis_serve(void *arg)
+{
+    int lfd = *(int *)arg;
+
+    for (;;) {
+        int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
+        if (fd < 0) {
+            poll(NULL, 0, 10); /* out of descriptors, say: do not spin */
+            continue;
+        }
+        redis_connection(fd);
+        shutdown(fd, SHUT_WR);
+        close(fd);
+    }
+    return NULL;
+}
+
+/* A library must not kill its host: a SIGPIPE raised by writing to a
+ * connection the server closed is a finding, saved as a crash (abort). */
+static void redis_on_sigpipe(int sig)
+{
+    static const char msg[] = "FUZZ PROPERTY FAILED: SIGPIPE: the store wrote to a "
+                              "connection the server had closed, which kills a "
+                              "process that does not ignore SIGPIPE\n";
+    (void)sig;
+    if (write(2, msg, sizeof(msg) - 1) < 0)
+        abort();
+    abort();
+}
+
+int LLVMFuzzerInitialize(int *argc, char ***argv)
+{
+    static int lfd;
+    const char *pipe_mode = getenv("LEASE_FUZZ_SIGPIPE");
+    pthread_t t;
+
+    (void)argc;
+    (void)argv;
+    lease_log_set(fuzz_quiet_log, NULL, LEASE_LOG_OFF);
+    /* LEASE_FUZZ_SIGPIPE=ignore explores past that finding (tests/fuzz/README.md). */
+    signal(SIGPIPE, pipe_mode && strcmp(pipe_mode, "ignore") == 0 ? SIG_IGN
+                                                                  : redis_on_sigpipe);
+    lfd = fuzz_listen(&redis_fake.port);
+    if (fuzz_start_thread(&t, redis_serve, &lfd) != 0)
+        abort();
+    return 0;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    char url[64];
+    lease_store *s = NULL;
+    int rc;
+
+    if (size > 65536)
+        return 0;
+    pthread_mutex_lock(&redis_fake.mu);
+    free(redis_fake.input);
+    if ((redis_fake.input = malloc(size + 1)) == NULL)
+        abort();
+    memcpy(redis_fake.input, data, size);
+    fuzz_split(&redis_fake.replies, redis_fake.input, size, 0x01);
+    redis_fake.used = 0;
+    pthread_mutex_unlock(&redis_fake.mu);
+    snprintf(url, sizeof(url), "redis://127.0.0.1:%d/0?prefix=fuzz:", redis_fake.port);
+    rc = lease_store_open_timeout(&s, url, 1000);
+    fuzz_check_rc("open", rc);
+    if (rc == 0) {
+        fuzz_store_run(s);
+        lease_store_close(s);
+    }
+    return 0;
+}

@@ -1479,7 +1479,7 @@ static int redis_wait_release(lease_store *base, const char *key,
     /* Bounded by `end`: every read waits at most until then. */
     s->deadline_ns = end;
     for (;;) {
-        redisReply *r;
+        redisReply *r = NULL; /* set whenever sub_read returns 0 */
         int match;
 
         if ((rc = sub_read(&r, s)) < 0)

@@ -1101,6 +1101,48 @@ static int pg_check_ports(const char *ports)
  * read is the caller's mistake (EINVALID), not an unreachable store. Its
  * message may quote the URL; lease_store_seterr scrubs the password.
  */
+/* libpq checks the values of these options only when it connects: check
+ * them here, so that a typo is EINVALID (exit 2) with the store unreachable
+ * too. The lists are libpq 15's. */
+static int pg_check_option(const char *keyword, const char *val)
+{
+    static const struct {
+        const char *keyword, *values;
+    } words[] = {
+        { "sslmode", " disable allow prefer require verify-ca verify-full " },
+        { "gssencmode", " disable prefer require " },
+        { "channel_binding", " disable prefer require " },
+        { "target_session_attrs",
+          " any read-write read-only primary standby prefer-standby " },
+    };
+    static const char *const numbers[] = { "keepalives", "keepalives_idle",
+                                           "keepalives_interval", "keepalives_count",
+                                           "tcp_user_timeout" };
+    char word[40];
+    size_t i;
+
+    for (i = 0; i < sizeof(words) / sizeof(words[0]); i++) {
+        const char *v = words[i].values;
+
+        if (strcmp(keyword, words[i].keyword) != 0)
+            continue;
+        if (strlen(val) + 3 <= sizeof(word) && strchr(val, ' ') == NULL) {
+            snprintf(word, sizeof(word), " %s ", val);
+            if (strstr(v, word) != NULL)
+                return 0;
+        }
+        return lease__seterr(LEASE_EINVALID, "%s= in the postgres URL must be one "
+                             "of:%.*s", keyword, (int)strlen(v) - 1, v);
+    }
+    for (i = 0; i < sizeof(numbers) / sizeof(numbers[0]); i++)
+        if (strcmp(keyword, numbers[i]) == 0 &&
+            (val[0] == '\0' || strspn(val, "0123456789") != strlen(val) ||
+             strlen(val) > 9))
+            return lease__seterr(LEASE_EINVALID, "%s= in the postgres URL must be "
+                                 "a number", keyword);
+    return 0;
+}
+
 static int pg_check_conninfo(const char *conninfo)
 {
     char *err = NULL;
@@ -1126,6 +1168,8 @@ static int pg_check_conninfo(const char *conninfo)
                   strlen(o->val) > 9))
             rc = lease__seterr(LEASE_EINVALID, "connect_timeout= in the postgres "
                                "URL must be a number of seconds");
+        else
+            rc = pg_check_option(o->keyword, o->val);
     }
     PQconninfoFree(opts);
     return rc;

@@ -91,6 +91,11 @@ for url in "postgres://u:$PW@127.0.0.1:1/db?lease_table=bad;name" \
     "postgres://u:$PW@127.0.0.1:1/db?lease_table=$(printf 'x%.0s' {1..70})" \
     "postgres://u:$PW@127.0.0.1:1/db?connect_timeout=abc" \
     "postgres://u:$PW@127.0.0.1:1/db?no_such_libpq_option=1" \
+    "postgres://u:$PW@127.0.0.1:1/db?sslmode=bogus" \
+    "postgres://u:$PW@127.0.0.1:1/db?target_session_attrs=leader" \
+    "postgres://u:$PW@127.0.0.1:1/db?gssencmode=maybe" \
+    "postgres://u:$PW@127.0.0.1:1/db?channel_binding=x" \
+    "postgres://u:$PW@127.0.0.1:1/db?keepalives=abc" \
     "postgres://u:$PW@127.0.0.1:99999/db" \
     "postgres://u:$PW@[::1]x/db" \
     "postgres:u:$PW@127.0.0.1:1/db"; do

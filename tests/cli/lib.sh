@@ -133,6 +133,15 @@ call() {
     return 0
 }
 
+# timed CMD...: call, with how long it took in $MS (milliseconds). For
+# generous bounds only ("a --timeout 1s call ends within 10 s").
+timed() {
+    local t0
+    t0=$(date +%s%N)
+    call "$@"
+    MS=$((($(date +%s%N) - t0) / 1000000))
+}
+
 _ctx() {
     local note=""
     if [ "${RC:-}" = 124 ] && [ ${#BOUND[@]} -gt 0 ]; then

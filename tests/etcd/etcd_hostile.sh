@@ -21,15 +21,6 @@ start_fake() {
     printf -v "FPORT_$name" '%s' "$(cat "$pf")"
 }
 
-now_ms() { echo $(($(date +%s%N) / 1000000)); }
-
-# timed CMD...: call, and the elapsed ms in $MS.
-timed() {
-    local t0
-    t0=$(now_ms)
-    call "$@"
-    MS=$(($(now_ms) - t0))
-}
 
 # within_bound DESCRIPTION: the last timed call took under 10 s (for a
 # --timeout 1s call: a generous bound, no assertion of its precision).

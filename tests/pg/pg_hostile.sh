@@ -38,13 +38,6 @@ start_fake() {
     die "fake_pg.py $* did not start: $(cat "$out.err")"
 }
 
-# timed ARGS...: call, and MS = how long it took.
-timed() {
-    local t0
-    t0=$(date +%s%N)
-    call "$@"
-    MS=$((($(date +%s%N) - t0) / 1000000))
-}
 
 # bounded DESCRIPTION URL: acquire --timeout 1s ends in time, uncertain.
 bounded() {

@@ -44,15 +44,6 @@ fake_stop() {
     return 0
 }
 
-now_ms() { echo $(($(date +%s%N) / 1000000)); }
-
-# timed CMD...: call, with the elapsed time in $MS.
-timed() {
-    local t0
-    t0=$(now_ms)
-    call "$@"
-    MS=$(($(now_ms) - t0))
-}
 
 no_crash() {
     if [ "$RC" -ge 128 ] || [ "$RC" = 124 ]; then

@@ -24,11 +24,9 @@
 
 #include "lease.h"
 #include "lease_int.h"
+#include "../fd_check.h"
 
 static int failures;
-/* The descriptors the process had before the library ran (ctest's, the
- * shell's): not the library's to close. */
-static unsigned char inherited[4096];
 
 #define CHECK(cond, ...)                                                  \
     do {                                                                  \
@@ -40,42 +38,17 @@ static unsigned char inherited[4096];
         }                                                                 \
     } while (0)
 
-/* Every descriptor above 2 that was not inherited has FD_CLOEXEC; the
- * directory's own is skipped. With when NULL: note the inherited ones. */
+static void bad_fd(int fd, const char *target, void *when)
+{
+    CHECK(0, "%s: fd %d (%s) is not close-on-exec", (const char *)when, fd, target);
+}
+
+/* Every descriptor above 2 that was not inherited has FD_CLOEXEC. */
 static int check_fds(const char *when)
 {
-    DIR *d = opendir("/proc/self/fd");
-    struct dirent *e;
-    int n = 0;
+    int n = fd_check_cloexec(bad_fd, (void *)when);
 
-    CHECK(d != NULL, "opendir /proc/self/fd");
-    if (d == NULL)
-        return 0;
-    while ((e = readdir(d)) != NULL) {
-        int fd = atoi(e->d_name), flags;
-        char link[256] = "", path[64];
-        ssize_t len;
-
-        if (e->d_name[0] == '.' || fd <= 2 || fd == dirfd(d))
-            continue;
-        if (when == NULL) {
-            if (fd < (int)sizeof(inherited))
-                inherited[fd] = 1;
-            continue;
-        }
-        if (fd < (int)sizeof(inherited) && inherited[fd])
-            continue;
-        n++;
-        flags = fcntl(fd, F_GETFD);
-        snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
-        len = readlink(path, link, sizeof(link) - 1);
-        link[len > 0 ? len : 0] = '\0';
-        CHECK(flags >= 0 && (flags & FD_CLOEXEC), "%s: fd %d (%s) is not close-on-exec",
-              when, fd, link);
-    }
-    closedir(d);
-    if (when)
-        printf("%s: %d descriptors of the library checked\n", when, n);
+    printf("%s: %d descriptors of the library checked\n", when, n);
     return n;
 }
 
@@ -89,7 +62,7 @@ static int cloexec(const char *url)
     lease_acquire_opts o = LEASE_ACQUIRE_OPTS_INIT;
     int rc;
 
-    check_fds(NULL);
+    fd_check_note();
     rc = lease_store_open(&s, url);
     CHECK(rc == 0, "open %s: %s", url, lease_errmsg());
     if (rc < 0)

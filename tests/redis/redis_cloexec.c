@@ -23,27 +23,9 @@
 #include <hiredis/hiredis.h>
 
 #include "lease.h"
+#include "../fd_check.h"
 
 static int failures;
-
-/* Descriptors this process got from its parent (ctest's log, a shell's
- * pipes): not the library's, so not checked. */
-#define FD_SEEN_MAX 4096
-static unsigned char inherited[FD_SEEN_MAX];
-
-static void note_inherited(void)
-{
-    DIR *d = opendir("/proc/self/fd");
-    struct dirent *e;
-
-    while (d && (e = readdir(d)) != NULL) {
-        int fd = atoi(e->d_name);
-        if (e->d_name[0] != '.' && fd >= 0 && fd < FD_SEEN_MAX && fd != dirfd(d))
-            inherited[fd] = 1;
-    }
-    if (d)
-        closedir(d);
-}
 
 #define CHECK(cond, ...)                                                     \
     do {                                                                     \
@@ -55,35 +37,15 @@ static void note_inherited(void)
         }                                                                    \
     } while (0)
 
+static void bad_fd(int fd, const char *target, void *when)
+{
+    CHECK(0, "%s: fd %d (%s) is not close-on-exec", (const char *)when, fd, target);
+}
+
 /* Every fd above 2 is close-on-exec; returns how many were looked at. */
 static int check_fds(const char *when)
 {
-    DIR *d = opendir("/proc/self/fd");
-    struct dirent *e;
-    int seen = 0;
-
-    CHECK(d != NULL, "cannot list /proc/self/fd");
-    if (d == NULL)
-        return 0;
-    /* Bounded by the process's descriptors. */
-    while ((e = readdir(d)) != NULL) {
-        char path[64], target[256];
-        int fd = atoi(e->d_name), flags;
-        ssize_t n;
-
-        if (e->d_name[0] == '.' || fd <= 2 || fd == dirfd(d) ||
-            (fd < FD_SEEN_MAX && inherited[fd]))
-            continue;
-        seen++;
-        flags = fcntl(fd, F_GETFD);
-        snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
-        n = readlink(path, target, sizeof(target) - 1);
-        target[n > 0 ? n : 0] = '\0';
-        CHECK(flags >= 0 && (flags & FD_CLOEXEC),
-              "%s: fd %d (%s) is not close-on-exec", when, fd, target);
-    }
-    closedir(d);
-    return seen;
+    return fd_check_cloexec(bad_fd, (void *)when);
 }
 
 /* The port of redis://127.0.0.1:PORT[/...]: the shared test server's. */
@@ -177,7 +139,7 @@ int main(int argc, char **argv)
                         "(scripts/test.sh does)\n");
         return 1;
     }
-    note_inherited();
+    fd_check_note();
     lease_log_set(NULL, NULL, LEASE_LOG_OFF);
     lease_owner_new(owner);
     lease_owner_new(other);

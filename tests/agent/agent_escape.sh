@@ -27,19 +27,6 @@ DB=$T/escape.db
 export LEASE_STORE=sqlite://$DB
 FFFD=$'\xef\xbf\xbd'
 
-USED_PORTS=" "
-free_port() {
-    local p
-    for p in $(shuf -i 20000-60000 -n 100); do
-        case $USED_PORTS in *" $p "*) continue ;; esac
-        if ! ss -Htln "sport = :$p" | grep -q .; then
-            USED_PORTS="$USED_PORTS$p "
-            PORT=$p
-            return 0
-        fi
-    done
-    return 1
-}
 
 # get PORT PATH: "HTTP_CODE BODY" of GET http://127.0.0.1:PORT/PATH.
 get() {
@@ -66,7 +53,7 @@ leads() {
 start_agent() {
     local var=$1 name=$2 label=$3 attempt pid i
     for attempt in 1 2 3 4 5; do
-        free_port || die "no free loopback port"
+        pick_port || die "no free loopback port"
         "$LEASE" agent "$name" --listen "127.0.0.1:$PORT" --ttl 5s --label "$label" \
             --json >"$T/$var.out" 2>"$T/$var.err" &
         pid=$!

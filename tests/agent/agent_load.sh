@@ -33,19 +33,6 @@ ulimit -Sn 4096 || die "cannot raise the soft open-files limit to 4096"
 
 export LEASE_STORE=sqlite://$T/agent.db
 
-USED_PORTS=" "
-free_port() {
-    local p
-    for p in $(shuf -i 20000-60000 -n 100); do
-        case $USED_PORTS in *" $p "*) continue ;; esac
-        if ! ss -Htln "sport = :$p" | grep -q .; then
-            USED_PORTS="$USED_PORTS$p "
-            PORT=$p
-            return 0
-        fi
-    done
-    return 1
-}
 
 # get PORT PATH [CURL_ARGS...]: the body of GET http://127.0.0.1:PORT/PATH,
 # answered within one second.
@@ -76,7 +63,7 @@ start_agent() {
     local var=$1 attempt pid i
     shift
     for attempt in 1 2 3 4 5; do
-        free_port || die "no free loopback port"
+        pick_port || die "no free loopback port"
         # Only what the agent opens itself: close what this shell holds.
         (ulimit "${AGENT_LIMIT:--Sn}" 1024 && close_fds && exec "$LEASE" agent load --listen "127.0.0.1:$PORT" \
             --ttl 5s --label "$var" "$@") >"$T/$var.out" 2>"$T/$var.err" &

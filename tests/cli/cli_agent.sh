@@ -17,21 +17,6 @@ done
 DB=$T/agent.db
 export LEASE_STORE=sqlite://$DB
 
-# free_port: a free loopback port in $PORT (bounded: 100 candidates), never
-# one handed out before in this script.
-USED_PORTS=" "
-free_port() {
-    local p
-    for p in $(shuf -i 20000-60000 -n 100); do
-        case $USED_PORTS in *" $p "*) continue ;; esac
-        if ! ss -Htln "sport = :$p" | grep -q .; then
-            USED_PORTS="$USED_PORTS$p "
-            PORT=$p
-            return 0
-        fi
-    done
-    return 1
-}
 
 # get PORT PATH: the body of GET http://127.0.0.1:PORT/PATH (bounded).
 get() {
@@ -85,7 +70,7 @@ start_agent() {
     local label=$1 lc attempt pid i
     lc=$(echo "$label" | tr 'A-Z' 'a-z')
     for attempt in 1 2 3 4 5; do
-        free_port || die "no free loopback port"
+        pick_port || die "no free loopback port"
         "$LEASE" agent svc --listen "127.0.0.1:$PORT" --ttl 1s --label "$label" --json \
             >"$T/$lc.out" 2>"$T/$lc.err" &
         pid=$!

@@ -1296,39 +1296,14 @@ fail:
 #define ESC_LEN 3
 #define ENC_SIZE (ESC_LEN + 2 * LEASE_LABEL_MAX + 1)
 
-static int utf8_valid(const unsigned char *p)
+/* Valid UTF-8 by the library's one rule (lease/log.h). */
+static int utf8_valid(const char *p)
 {
-    while (*p) {
-        unsigned c = *p, n, i;
-        uint32_t cp;
+    size_t n;
 
-        if (c < 0x80) {
-            p++;
-            continue;
-        }
-        if (c >= 0xc2 && c <= 0xdf) {
-            n = 1;
-            cp = c & 0x1f;
-        } else if (c >= 0xe0 && c <= 0xef) {
-            n = 2;
-            cp = c & 0x0f;
-        } else if (c >= 0xf0 && c <= 0xf4) {
-            n = 3;
-            cp = c & 0x07;
-        } else {
-            return 0;
-        }
-        for (i = 1; i <= n; i++) {
-            if ((p[i] & 0xc0) != 0x80)
-                return 0;
-            cp = (cp << 6) | (p[i] & 0x3f);
-        }
-        if ((n == 2 && cp < 0x800) || (n == 3 && cp < 0x10000) ||
-            cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
-            return 0;
-        p += n + 1;
-    }
-    return 1;
+    while ((n = lease_utf8_len(p)) > 0)
+        p += n;
+    return *p == '\0';
 }
 
 static const char *enc(char out[ENC_SIZE], const char *name)
@@ -1337,7 +1312,7 @@ static const char *enc(char out[ENC_SIZE], const char *name)
     size_t i, n = strlen(name);
     char *o = out;
 
-    if (utf8_valid((const unsigned char *)name) && strncmp(name, ESC, ESC_LEN) != 0)
+    if (utf8_valid(name) && strncmp(name, ESC, ESC_LEN) != 0)
         return name;
     if (n > LEASE_LABEL_MAX)
         n = LEASE_LABEL_MAX;

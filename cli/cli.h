@@ -6,6 +6,7 @@
 #define LEASE_CLI_H
 
 #include <stdint.h>
+#include <stdio.h>
 #include <jansson.h>
 
 #include "lease.h"
@@ -76,6 +77,10 @@ json_t *cli_info_json(const lease_info *info);
 json_t *cli_history_json(const lease_history_entry *entry);
 /* Wall-clock ms since the epoch as "2026-01-02T03:04:05.678Z"; "-" for 0. */
 void cli_format_wall(char *buf, size_t size, int64_t ms);
+
+/* `lease --version`: the tool's and library's versions, the stores built
+ * in and the client libraries they talk through (version.c). */
+int cli_print_version(FILE *out);
 
 int cmd_run(cli_globals *g, cli_args *a);
 int cmd_elect(cli_globals *g, cli_args *a);

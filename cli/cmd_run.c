@@ -49,8 +49,9 @@ static const char usage_run[] =
     "                LEASE_STORE; without it CMD's environment has no LEASE_STORE\n"
     "CMD inherits stdin, stdout, stderr and the descriptors you opened for it,\n"
     "nothing of the store's.\n"
-    "exit: CMD's exit status (128+N if killed by signal N); 4 if CMD had to be\n"
-    "stopped because the lease was lost; 3, 6 or 7 if KEY could not be acquired.\n";
+    "exit: CMD's exit status (128+N if killed by signal N; 127 if CMD was not\n"
+    "found, 126 if it could not be run); 4 if CMD had to be stopped because the\n"
+    "lease was lost; 3, 6 or 7 if KEY could not be acquired.\n";
 
 static const char usage_elect[] =
     "usage: lease elect NAME [--ttl DUR] [--wait DUR] [--label TEXT] [--grace DUR] [--json]\n"
@@ -62,7 +63,8 @@ static const char usage_elect[] =
     "LEASE_TTL_MS. Step-down policy: as soon as a renewal fails or the deadline\n"
     "comes near, leadership is uncertain and CMD's process group gets SIGTERM, then\n"
     "SIGKILL, so that it is gone before leadership ends. Options and exit codes as\n"
-    "for lease run (4: CMD was stopped because leadership ended).\n";
+    "for lease run (4: CMD was stopped because leadership ended; 130: interrupted\n"
+    "while campaigning).\n";
 
 static int lost_pipe[2] = { -1, -1 };
 

@@ -1,6 +1,7 @@
 /*
- * main.c - the `lease` command: acquire, renew, release, show, ls, fence;
- * `run` lives in cmd_run.c.
+ * main.c - the `lease` command: acquire, renew, release, show, ls, history,
+ * fence and help; `run` and `elect` live in cmd_run.c, `leader` in
+ * cmd_leader.c, `agent` in cmd_agent.c.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,34 +18,36 @@ static const char usage_main[] =
     "commands:\n"
     "  acquire KEY [--ttl DUR] [--owner UUID] [--label TEXT] [--wait DUR] [--json]\n"
     "  renew   KEY --owner UUID --token N [--ttl DUR] [--json]\n"
-    "  release KEY --owner UUID --token N\n"
+    "  release KEY --owner UUID --token N [--json]\n"
     "  show    KEY [--json]\n"
     "  ls      [PREFIX] [--json]\n"
     "  history KEY [--limit N] [--json]\n"
-    "  run     KEY [--ttl DUR] [--wait DUR] [--label TEXT] [--grace DUR] [--pass-store]\n"
-    "          -- CMD [ARG...]\n"
+    "  run     KEY [--ttl DUR] [--wait DUR] [--label TEXT] [--grace DUR] [--json]\n"
+    "          [--pass-store] -- CMD [ARG...]\n"
     "  fence   RESOURCE TOKEN [--json]\n"
-    "  elect   NAME [--ttl DUR] [--wait DUR] [--label TEXT] [--grace DUR] [--pass-store]\n"
-    "          -- CMD [ARG...]\n"
+    "  elect   NAME [--ttl DUR] [--wait DUR] [--label TEXT] [--grace DUR] [--json]\n"
+    "          [--pass-store] -- CMD [ARG...]\n"
     "  leader  NAME [--watch] [--count N] [--for DUR] [--json]\n"
-    "  agent   NAME --listen HOST:PORT [--label TEXT] [--ttl DUR] [--max-connections N]\n"
-    "                [--max-per-ip N] [--idle-timeout DUR]\n"
+    "  agent   NAME --listen HOST:PORT [--label TEXT] [--ttl DUR] [--json]\n"
+    "          [--max-connections N] [--max-per-ip N] [--idle-timeout DUR]\n"
+    "  help    [COMMAND]   the usage of COMMAND (as 'lease COMMAND --help')\n"
     "\n"
     "global options (before or after the command):\n"
     "  --store URL     sqlite:path.db, sqlite:///abs/path.db, postgres://user:pw@host/db,\n"
-    "                  redis://host:6379, etcd://host:2379[,host:2379...]\n"
+    "                  redis://host:6379, etcd://host:2379[,host:2379...],\n"
+    "                  etcds://host:2379 (TLS); see lease-stores(7)\n"
     "                  (default: $LEASE_STORE, then $XDG_STATE_HOME/lease/lease.db\n"
     "                  or ~/.local/state/lease/lease.db)\n"
     "  --store-file PATH  read the store URL from the first line of PATH, which\n"
     "                  must be readable by you alone (chmod 600)\n"
     "  --timeout DUR   bound on the whole of each store call (default 5s)\n"
-    "  --help, --version\n"
+    "  --help, -h      this text; --version: versions and the stores built in\n"
     "\n"
     "secrets: a password in --store URL is hidden from ps once parsed, but other\n"
     "  users may see it before; keep it out of argv with $LEASE_STORE (never\n"
     "  given to the command of run/elect unless --pass-store), --store-file PATH,\n"
     "  libpq's ~/.pgpass or $PGPASSFILE for postgres://, or ?password_file=PATH\n"
-    "  (0600) in a redis:// URL.\n"
+    "  (0600) in a redis:// or etcd:// URL.\n"
     "\n"
     "durations: 250ms, 30s, 5m, 1h, 1m30s\n"
     "exit codes: 0 ok, 1 other failure, 2 usage, 3 busy, 4 lease lost,\n"
@@ -66,13 +69,22 @@ static const char usage_acquire[] =
 static const char usage_renew[] =
     "usage: lease renew KEY --owner UUID --token N [--ttl DUR] [--json]\n"
     "\n"
-    "Extend the lease. --ttl defaults to the lease's current ttl.\n"
+    "Extend the lease to the store's clock + ttl. An expired lease is never\n"
+    "revived: acquire again, for a new token.\n"
+    "  --owner UUID   the owner that acquired the lease (required)\n"
+    "  --token N      the token it was granted (required)\n"
+    "  --ttl DUR      new lease duration (default: the lease's current ttl)\n"
+    "  --json         print {key, owner, token, ttl_ms, label, valid_ms}\n"
     "exit: 0 renewed, 4 lost (not the holder any more, or expired), 6 store failed\n";
 
 static const char usage_release[] =
-    "usage: lease release KEY --owner UUID --token N\n"
+    "usage: lease release KEY --owner UUID --token N [--json]\n"
     "\n"
-    "End the lease now; the token counter is kept.\n"
+    "End the lease now; the token counter is kept, so the next holder still\n"
+    "gets a greater token.\n"
+    "  --owner UUID   the owner that acquired the lease (required)\n"
+    "  --token N      the token it was granted (required)\n"
+    "  --json         print {key, released, token}\n"
     "exit: 0 released, 4 not the holder (nothing changed), 6 store failed\n";
 
 static const char usage_show[] =
@@ -107,6 +119,13 @@ static const char usage_fence[] =
     "TOKEN if it is at least RESOURCE's high-water mark and raise the mark.\n"
     "Run it once right after acquiring to install the new generation.\n"
     "exit: 0 accepted, 5 stale (an older generation), 6 store failed\n";
+
+static const char usage_help[] =
+    "usage: lease help [COMMAND]\n"
+    "\n"
+    "Print the usage of lease (the same as lease --help), or of COMMAND (the\n"
+    "same as lease COMMAND --help), on stdout.\n"
+    "exit: 0, or 2 if COMMAND is not a command of lease\n";
 
 typedef struct {
     const char *key;
@@ -521,6 +540,8 @@ typedef struct {
     int (*fn)(cli_globals *, cli_args *);
 } command;
 
+static int cmd_help(cli_globals *g, cli_args *a);
+
 static const command commands[] = {
     { "acquire", cmd_acquire }, { "renew", cmd_renew },
     { "release", cmd_release }, { "show", cmd_show },
@@ -528,13 +549,64 @@ static const command commands[] = {
     { "run", cmd_run },
     { "fence", cmd_fence },     { "elect", cmd_elect },
     { "leader", cmd_leader },   { "agent", cmd_agent },
+    { "help", cmd_help },
 };
+
+static const command *command_find(const char *name)
+{
+    size_t c;
+
+    for (c = 0; c < sizeof(commands) / sizeof(commands[0]); c++)
+        if (strcmp(name, commands[c].name) == 0)
+            return &commands[c];
+    return NULL;
+}
+
+/* `lease help COMMAND` runs `lease COMMAND --help`, so that the two can
+ * never print different texts. */
+static int cmd_help(cli_globals *g, cli_args *a)
+{
+    char help_flag[] = "--help";
+    char *help_argv[] = { help_flag, NULL };
+    const char *name = NULL;
+    const command *c;
+    cli_args sub;
+    int rc;
+
+    for (a->i = 0; a->i < a->argc; a->i++) {
+        const char *arg = a->argv[a->i];
+
+        if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) {
+            fputs(usage_help, stdout);
+            return EXIT_OK;
+        }
+        /* Accepted after every command, this one too. */
+        if (cli_parse_global(g, a, arg, &rc)) {
+            if (rc)
+                return rc;
+            continue;
+        }
+        if ((rc = cli_positional(a, arg, &name, NULL)))
+            return rc;
+    }
+    if (name == NULL) {
+        fputs(usage_main, stdout);
+        return EXIT_OK;
+    }
+    if ((c = command_find(name)) == NULL)
+        return cli_usage(NULL, "unknown command '%s'", name);
+    sub.argc = 1;
+    sub.argv = help_argv;
+    sub.i = 0;
+    sub.cmd = c->name;
+    return c->fn(g, &sub);
+}
 
 int main(int argc, char **argv)
 {
     cli_globals g = { NULL, 0, 0, 0, 0 };
     cli_args a = { argc - 1, argv + 1, 0, NULL };
-    size_t c;
+    const command *c;
     int rc = 0;
 
     if ((rc = cli_take_env_store(&g)) != 0)
@@ -548,8 +620,7 @@ int main(int argc, char **argv)
             return EXIT_OK;
         }
         if (strcmp(arg, "--version") == 0) {
-            printf("lease %s\n", LEASE_VERSION_STRING);
-            return EXIT_OK;
+            return cli_print_version(stdout);
         }
         if (cli_parse_global(&g, &a, arg, &rc)) {
             if (rc)
@@ -564,12 +635,9 @@ int main(int argc, char **argv)
         fputs(usage_main, stderr);
         return EXIT_USAGE;
     }
-    for (c = 0; c < sizeof(commands) / sizeof(commands[0]); c++) {
-        if (strcmp(a.argv[a.i], commands[c].name) == 0) {
-            cli_args sub = { a.argc - a.i - 1, a.argv + a.i + 1, 0,
-                             commands[c].name };
-            return commands[c].fn(&g, &sub);
-        }
+    if ((c = command_find(a.argv[a.i])) != NULL) {
+        cli_args sub = { a.argc - a.i - 1, a.argv + a.i + 1, 0, c->name };
+        return c->fn(&g, &sub);
     }
     return cli_usage(NULL, "unknown command '%s'", a.argv[a.i]);
 }

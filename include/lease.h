@@ -12,6 +12,7 @@
 #ifndef LEASE_H
 #define LEASE_H
 
+#include "lease/version.h"
 #include "lease/errors.h"
 #include "lease/types.h"
 #include "lease/store.h"
@@ -23,7 +24,5 @@
 #include "lease/parse.h"
 #include "lease/log.h"
 #include "lease/metrics.h"
-
-#define LEASE_VERSION_STRING "0.1.0"
 
 #endif

@@ -6,8 +6,10 @@ set -euo pipefail
 packages=(
   gcc make cmake pkg-config
   libsqlite3-dev libpq-dev libhiredis-dev libcurl4-openssl-dev libmicrohttpd-dev uuid-dev libjansson-dev   # the library and the CLI
-  clang libclang-rt-14-dev llvm-14   # the fuzz targets: clang, its libFuzzer runtime, llvm-symbolizer for stacks
-  libcmocka-dev python3 sqlite3 jq postgresql-15 redis-server redis-sentinel redis-tools etcd-server etcd-client prometheus curl openssl iproute2 coreutils util-linux   # the tests
+  scdoc   # the man pages
+  clang libclang-rt-14-dev llvm-14   # the clang builds and the fuzz targets: clang, its libFuzzer runtime, llvm-symbolizer for stacks
+  libcmocka-dev python3 sqlite3 jq postgresql-15 redis-server redis-sentinel redis-tools etcd-server etcd-client prometheus curl openssl iproute2 coreutils util-linux man-db groff-base   # the tests
+  debhelper dpkg-dev   # the Debian packages (tests/package)
 )
 
 missing=()

@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# Build lease twice (plain, and with AddressSanitizer + UndefinedBehaviorSanitizer),
-# warnings as errors, and run every test through ctest in both builds; then
-# build the libFuzzer targets (clang) and run each for LEASE_FUZZ_SECONDS
-# (default 20) through ctest, so that a regression in a parser is caught.
+# Build lease the ways users and developers build it, warnings as errors in
+# each: with gcc, the default RelWithDebInfo build and Debug with
+# AddressSanitizer + UndefinedBehaviorSanitizer, each running every test
+# through ctest; the same two with clang, compiled; an SQLite-only build
+# running the tests that apply to it; then the libFuzzer targets (clang),
+# each run for LEASE_FUZZ_SECONDS (default 20) through ctest, so that a
+# regression in a parser is caught.
 # The store servers the tests need are started here, on loopback ports in a
 # temporary directory, and stopped on exit.
 set -euo pipefail
@@ -43,18 +46,42 @@ scripts/etcd-server.sh start "$work/etcd" e1 "$(free_port)" "$(free_port)"
 LEASE_TEST_ETCD_URL=$(scripts/etcd-server.sh url "$work/etcd")
 export LEASE_TEST_ETCD_URL
 
-run_suite() {
+# build DIR CMAKE_ARGS...: configure and build, warnings as errors.
+build() {
   local dir=$1; shift
-  cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=Debug -DLEASE_WERROR=ON "$@" >/dev/null
+  cmake -S . -B "$dir" -DLEASE_WERROR=ON -DLEASE_MAN=ON -DLEASE_TESTS=ON "$@" >/dev/null
   cmake --build "$dir" -j2
-  (cd "$dir" && ctest --output-on-failure --timeout 600)
 }
 
-echo "== build and tests"
+# run_suite DIR [CTEST_ARGS...]: every test of the build in DIR.
+run_suite() {
+  local dir=$1; shift
+  (cd "$dir" && ctest --output-on-failure --timeout 600 "$@")
+}
+
+stage() { echo "== $* ($(date -u +%H:%M:%S))"; }
+
+stage "build: gcc, RelWithDebInfo (the default users build), then every test"
+build build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=gcc
 run_suite build
-echo "== build and tests with ASan + UBSan"
+stage "build: gcc, Debug + ASan + UBSan, then every test"
+build build-asan -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_COMPILER=gcc -DLEASE_SANITIZE=ON
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-  run_suite build-asan -DLEASE_SANITIZE=ON
-echo "== fuzz targets (clang, libFuzzer + ASan + UBSan, ${LEASE_FUZZ_SECONDS:-20} s each)"
-run_suite build-fuzz -DCMAKE_C_COMPILER=clang -DLEASE_FUZZ=ON \
+  run_suite build-asan
+# clang's warnings differ from gcc's: both configurations are compiled
+# with it, warnings as errors; the tests ran above.
+stage "build: clang, RelWithDebInfo (compiled only)"
+build build-clang -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang
+stage "build: clang, Debug + ASan + UBSan (compiled only)"
+build build-clang-asan -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_COMPILER=clang -DLEASE_SANITIZE=ON
+# The smallest build: SQLite only, and the tests that apply to it (the
+# Debian packages, which have every store, were built and checked above).
+stage "build: SQLite only (-DLEASE_WITH_POSTGRES/REDIS/ETCD=OFF), then its tests"
+build build-min -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=gcc \
+  -DLEASE_WITH_POSTGRES=OFF -DLEASE_WITH_REDIS=OFF -DLEASE_WITH_ETCD=OFF
+run_suite build-min -LE package
+stage "fuzz targets (clang, libFuzzer + ASan + UBSan, ${LEASE_FUZZ_SECONDS:-20} s each)"
+build build-fuzz -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=Debug -DLEASE_FUZZ=ON \
   -DLEASE_FUZZ_SECONDS="${LEASE_FUZZ_SECONDS:-20}"
+run_suite build-fuzz
+stage "all passed"

@@ -10,6 +10,7 @@
 
 #include "lease.h"
 #include "lease/sys/store.h"
+#include "lease_config.h" /* generated: LEASE_WITH_<STORE> */
 
 /* The greatest token any store keeps (PostgreSQL's bigint, SQLite's int). */
 #define LEASE__TOKEN_MAX ((uint64_t)INT64_MAX)
@@ -120,10 +121,41 @@ void lease__metric_fenced(const char *store);
 /* store.c */
 const lease_backend *lease__backend_for(const char *scheme);
 
-/* Built-in stores. */
+/*
+ * The stores this project has, whether or not this build has them: the one
+ * list behind the backend table, the message for a scheme this build lacks,
+ * the metrics' store labels and lease_store_builtin(). A store whose library
+ * was not found at configure time (LEASE_WITH_<STORE>) has backend NULL.
+ */
+typedef struct lease__store_entry {
+    const char *name;             /* "postgres": metrics label, --version */
+    const char *const *schemes;   /* URL schemes, NULL-terminated */
+    const lease_backend *backend; /* NULL: not in this build */
+    /* "libpq 15.8": the client library as linked at run time. */
+    int (*client_version)(char *buf, size_t size);
+} lease__store_entry;
+
+#define LEASE__NSTORES 4
+extern const char *const lease__sqlite_schemes[];
+extern const char *const lease__pg_schemes[];
+extern const char *const lease__redis_schemes[];
+extern const char *const lease__etcd_schemes[];
+extern const lease__store_entry lease__stores[LEASE__NSTORES];
+
+/* Built-in stores, each compiled only when its library was found. */
 extern const lease_backend lease__sqlite_backend;
+int lease__sqlite_client_version(char *buf, size_t size);
+#if LEASE_WITH_POSTGRES
 extern const lease_backend lease__pg_backend;
+int lease__pg_client_version(char *buf, size_t size);
+#endif
+#if LEASE_WITH_REDIS
 extern const lease_backend lease__redis_backend;
+int lease__redis_client_version(char *buf, size_t size);
+#endif
+#if LEASE_WITH_ETCD
 extern const lease_backend lease__etcd_backend;
+int lease__etcd_client_version(char *buf, size_t size);
+#endif
 
 #endif

@@ -10,8 +10,9 @@
 
 #include "lease_int.h"
 
-static const char *const stores[] = { "sqlite", "postgres", "redis", "etcd", "other" };
-#define NSTORES (sizeof(stores) / sizeof(stores[0]))
+/* Per store of lease__stores (the project's one list), then "other" for a
+ * store the application registered. */
+#define NSTORES (LEASE__NSTORES + 1)
 
 /* Bucket bounds in seconds: waits are short, holds are long. */
 static const double wait_bounds[] = { 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60 };
@@ -40,10 +41,22 @@ static size_t store_index(const char *store)
 {
     size_t i;
 
-    for (i = 0; i + 1 < NSTORES; i++)
-        if (store && strcmp(store, stores[i]) == 0)
+    for (i = 0; i < LEASE__NSTORES; i++)
+        if (store && strcmp(store, lease__stores[i].name) == 0)
             return i;
     return NSTORES - 1;
+}
+
+static const char *store_label(size_t s)
+{
+    return s < LEASE__NSTORES ? lease__stores[s].name : "other";
+}
+
+/* Series only for the stores this build has: a scrape never shows a store
+ * that cannot be used. */
+static int shown(size_t s)
+{
+    return s >= LEASE__NSTORES || lease__stores[s].backend != NULL;
 }
 
 static void observe(histogram *h, const double *bounds, size_t n, int64_t ns)
@@ -149,7 +162,8 @@ static void counter(sbuf *b, const char *name, const char *help,
 
     put(b, "# HELP %s %s\n# TYPE %s counter\n", name, help, name);
     for (s = 0; s < NSTORES; s++)
-        put(b, "%s{store=\"%s\"} %llu\n", name, stores[s],
+        if (shown(s))
+            put(b, "%s{store=\"%s\"} %llu\n", name, store_label(s),
             (unsigned long long)atomic_load(&values[s * stride]));
 }
 
@@ -161,17 +175,21 @@ static void hist(sbuf *b, const char *name, const char *help, histogram *hs,
     put(b, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
     for (s = 0; s < NSTORES; s++) {
         uint64_t cum = 0;
+        const char *store = store_label(s);
+
+        if (!shown(s))
+            continue;
         for (i = 0; i < n; i++) {
             cum += atomic_load(&hs[s].buckets[i]);
-            put(b, "%s_bucket{store=\"%s\",le=\"%g\"} %llu\n", name, stores[s],
+            put(b, "%s_bucket{store=\"%s\",le=\"%g\"} %llu\n", name, store,
                 bounds[i], (unsigned long long)cum);
         }
         cum += atomic_load(&hs[s].buckets[n]);
-        put(b, "%s_bucket{store=\"%s\",le=\"+Inf\"} %llu\n", name, stores[s],
+        put(b, "%s_bucket{store=\"%s\",le=\"+Inf\"} %llu\n", name, store,
             (unsigned long long)cum);
-        put(b, "%s_sum{store=\"%s\"} %.9f\n", name, stores[s],
+        put(b, "%s_sum{store=\"%s\"} %.9f\n", name, store,
             (double)atomic_load(&hs[s].sum_ns) / 1e9);
-        put(b, "%s_count{store=\"%s\"} %llu\n", name, stores[s],
+        put(b, "%s_count{store=\"%s\"} %llu\n", name, store,
             (unsigned long long)atomic_load(&hs[s].count));
     }
 }
@@ -189,9 +207,9 @@ int lease_metrics_text(char **out)
     put(&b, "# HELP lease_acquisitions_total Acquisition attempts by outcome.\n"
             "# TYPE lease_acquisitions_total counter\n");
     for (s = 0; s < NSTORES; s++)
-        for (o = 0; o < 3; o++)
+        for (o = 0; o < 3 && shown(s); o++)
             put(&b, "lease_acquisitions_total{store=\"%s\",outcome=\"%s\"} %llu\n",
-                stores[s], outcomes[o], (unsigned long long)atomic_load(&m.acq[s][o]));
+                store_label(s), outcomes[o], (unsigned long long)atomic_load(&m.acq[s][o]));
     hist(&b, "lease_acquire_wait_seconds", "Time spent in lease_acquire.", m.wait,
          wait_bounds, NWAIT);
     counter(&b, "lease_renewals_total", "Successful renewals.", m.renewals, 1);
@@ -201,8 +219,8 @@ int lease_metrics_text(char **out)
             "(lost), or renewals failed (uncertain).\n"
             "# TYPE lease_losses_total counter\n");
     for (s = 0; s < NSTORES; s++)
-        for (o = 0; o < 2; o++)
-            put(&b, "lease_losses_total{store=\"%s\",reason=\"%s\"} %llu\n", stores[s],
+        for (o = 0; o < 2 && shown(s); o++)
+            put(&b, "lease_losses_total{store=\"%s\",reason=\"%s\"} %llu\n", store_label(s),
                 reasons[o], (unsigned long long)atomic_load(&m.losses[s][o]));
     hist(&b, "lease_held_seconds", "Time from acquisition to release or loss.",
          m.held, held_bounds, NHELD);

@@ -8,25 +8,41 @@
 
 #include "lease_int.h"
 
-/* Stores registered by the application come first, then the built-in ones.
- * Each built-in store is compiled in only when its library was found. */
+/* Stores registered by the application come first, then the built-in ones. */
 #define MAX_REGISTERED 8
 static const lease_backend *registered[MAX_REGISTERED];
 static size_t nregistered;
 
-static const lease_backend *const builtin[] = {
-    &lease__sqlite_backend,
-    &lease__pg_backend,
-    &lease__redis_backend,
-    &lease__etcd_backend,
+const char *const lease__sqlite_schemes[] = { "sqlite", NULL };
+const char *const lease__pg_schemes[] = { "postgres", "postgresql", NULL };
+const char *const lease__redis_schemes[] = { "redis", NULL };
+const char *const lease__etcd_schemes[] = { "etcd", "etcds", NULL };
+
+/* Every store of the project, in this order in every listing. */
+const lease__store_entry lease__stores[LEASE__NSTORES] = {
+    { "sqlite", lease__sqlite_schemes, &lease__sqlite_backend,
+      lease__sqlite_client_version },
+#if LEASE_WITH_POSTGRES
+    { "postgres", lease__pg_schemes, &lease__pg_backend, lease__pg_client_version },
+#else
+    { "postgres", lease__pg_schemes, NULL, NULL },
+#endif
+#if LEASE_WITH_REDIS
+    { "redis", lease__redis_schemes, &lease__redis_backend, lease__redis_client_version },
+#else
+    { "redis", lease__redis_schemes, NULL, NULL },
+#endif
+#if LEASE_WITH_ETCD
+    { "etcd", lease__etcd_schemes, &lease__etcd_backend, lease__etcd_client_version },
+#else
+    { "etcd", lease__etcd_schemes, NULL, NULL },
+#endif
 };
 
-static int handles(const lease_backend *b, const char *scheme)
+static int in_list(const char *const *list, const char *scheme)
 {
-    const char *const *s;
-
-    for (s = b->schemes; s && *s; s++)
-        if (strcmp(*s, scheme) == 0)
+    for (; list && *list; list++)
+        if (strcmp(*list, scheme) == 0)
             return 1;
     return 0;
 }
@@ -36,12 +52,81 @@ const lease_backend *lease__backend_for(const char *scheme)
     size_t i;
 
     for (i = 0; i < nregistered; i++)
-        if (handles(registered[i], scheme))
+        if (in_list(registered[i]->schemes, scheme))
             return registered[i];
-    for (i = 0; i < sizeof(builtin) / sizeof(builtin[0]); i++)
-        if (handles(builtin[i], scheme))
-            return builtin[i];
+    for (i = 0; i < LEASE__NSTORES; i++)
+        if (lease__stores[i].backend &&
+            in_list(lease__stores[i].schemes, scheme))
+            return lease__stores[i].backend;
     return NULL;
+}
+
+/* "sqlite, redis": the stores of this build, for messages. */
+static void builtin_names(char *buf, size_t size)
+{
+    size_t i, len = 0;
+
+    buf[0] = '\0';
+    for (i = 0; i < LEASE__NSTORES && len < size; i++)
+        if (lease__stores[i].backend)
+            len += (size_t)snprintf(buf + len, size - len, "%s%s",
+                                    len ? ", " : "", lease__stores[i].name);
+}
+
+/* The error for a scheme no store of this process handles: a store of the
+ * project this build was configured without, or no store at all. */
+static int no_backend(const char *scheme)
+{
+    char names[64];
+    size_t i;
+
+    builtin_names(names, sizeof(names));
+    for (i = 0; i < LEASE__NSTORES; i++)
+        if (in_list(lease__stores[i].schemes, scheme))
+            return lease__seterr(LEASE_EINVALID,
+                                 "this build has no %s store; built with: %s",
+                                 lease__stores[i].name, names);
+    return lease__seterr(LEASE_EINVALID,
+                         "unknown store URL scheme '%s' (this build has: %s)",
+                         scheme, names);
+}
+
+const char *lease_version(void)
+{
+    return LEASE_VERSION_STRING;
+}
+
+const char *lease_store_builtin(size_t i)
+{
+    size_t k;
+
+    for (k = 0; k < LEASE__NSTORES; k++)
+        if (lease__stores[k].backend && i-- == 0)
+            return lease__stores[k].name;
+    return NULL;
+}
+
+int lease_store_client_version(char *buf, size_t size, const char *store)
+{
+    size_t i;
+    int rc;
+
+    if (buf == NULL || size == 0)
+        return lease__seterr(LEASE_EINVALID, "buf is NULL or size is 0");
+    buf[0] = '\0';
+    if (store == NULL)
+        return lease__seterr(LEASE_EINVALID, "store is NULL");
+    for (i = 0; i < LEASE__NSTORES; i++) {
+        if (!lease__stores[i].backend || strcmp(lease__stores[i].name, store) != 0)
+            continue;
+        if ((rc = lease__stores[i].client_version(buf, size)) < 0 ||
+            (size_t)rc >= size) {
+            buf[0] = '\0';
+            return lease__seterr(LEASE_EINVALID, "buffer too small");
+        }
+        return 0;
+    }
+    return lease__seterr(LEASE_ENOTFOUND, "this build has no store '%s'", store);
 }
 
 int lease_backend_register(const lease_backend *b)
@@ -92,9 +177,7 @@ int lease_store_open_timeout(lease_store **out, const char *url,
                              "store URL has no scheme: expected e.g. "
                              "sqlite:///var/lib/app/lease.db");
     if ((b = lease__backend_for(scheme)) == NULL)
-        return lease__seterr(LEASE_EINVALID,
-                             "unknown store URL scheme '%s' (this build "
-                             "knows: sqlite, postgres, postgresql, redis, etcd, etcds)", scheme);
+        return no_backend(scheme);
     /* Before the store's open: libpq, hiredis and libcurl may quote the
      * URL in their messages, and every message is scrubbed of these. */
     if ((rc = lease__secrets_hold(url)) < 0)

@@ -2220,12 +2220,20 @@ static int etcd_open(lease_store **out, const char *url, uint64_t timeout_ms)
     return 0;
 }
 
-static const char *const etcd_schemes[] = { "etcd", "etcds", NULL };
+
+/* For lease --version: libcurl and jansson as linked at run time. */
+int lease__etcd_client_version(char *buf, size_t size)
+{
+    const curl_version_info_data *c = curl_version_info(CURLVERSION_NOW);
+
+    return snprintf(buf, size, "libcurl %s, jansson %s",
+                    c && c->version ? c->version : "?", jansson_version_str());
+}
 
 const lease_backend lease__etcd_backend = {
     .version = LEASE_BACKEND_VERSION,
     .name = "etcd",
-    .schemes = etcd_schemes,
+    .schemes = lease__etcd_schemes,
     .features = LEASE_FEATURE_NOTIFY | LEASE_FEATURE_ROUNDS_TTL,
     .open = etcd_open,
     .close = etcd_close,

@@ -2005,12 +2005,20 @@ static int pg_set_timeout(lease_store *base, uint64_t timeout_ms)
     return 0;
 }
 
-static const char *const pg_schemes[] = { "postgres", "postgresql", NULL };
+
+/* For lease --version: libpq as linked at run time. PQlibVersion() is
+ * major * 10000 + minor since libpq 10. */
+int lease__pg_client_version(char *buf, size_t size)
+{
+    int v = PQlibVersion();
+
+    return snprintf(buf, size, "libpq %d.%d", v / 10000, v % 10000);
+}
 
 const lease_backend lease__pg_backend = {
     .version = LEASE_BACKEND_VERSION,
     .name = "postgres",
-    .schemes = pg_schemes,
+    .schemes = lease__pg_schemes,
     .features = LEASE_FEATURE_TXN | LEASE_FEATURE_NOTIFY | LEASE_FEATURE_ADVISORY,
     .open = pg_open,
     .close = pg_close,

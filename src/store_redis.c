@@ -1719,12 +1719,20 @@ static int redis_open(lease_store **out, const char *url, uint64_t timeout_ms)
     return 0;
 }
 
-static const char *const redis_schemes[] = { "redis", NULL };
+
+/* For lease --version. hiredis has no run-time version call; this is the
+ * version of the headers the store was compiled with (its SONAME pins
+ * the ABI). */
+int lease__redis_client_version(char *buf, size_t size)
+{
+    return snprintf(buf, size, "hiredis %d.%d.%d", HIREDIS_MAJOR,
+                    HIREDIS_MINOR, HIREDIS_PATCH);
+}
 
 const lease_backend lease__redis_backend = {
     .version = LEASE_BACKEND_VERSION,
     .name = "redis",
-    .schemes = redis_schemes,
+    .schemes = lease__redis_schemes,
     .features = LEASE_FEATURE_NOTIFY,
     .open = redis_open,
     .close = redis_close,

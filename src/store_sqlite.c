@@ -1310,12 +1310,18 @@ static int sqlite_guarded_txn(lease_store *base, const char *key,
     return sqlite_commit(s);
 }
 
-static const char *const sqlite_schemes[] = { "sqlite", NULL };
+
+/* For lease --version: the SQLite this process runs, not the one it was
+ * compiled against. */
+int lease__sqlite_client_version(char *buf, size_t size)
+{
+    return snprintf(buf, size, "SQLite %s", sqlite3_libversion());
+}
 
 const lease_backend lease__sqlite_backend = {
     .version = LEASE_BACKEND_VERSION,
     .name = "sqlite",
-    .schemes = sqlite_schemes,
+    .schemes = lease__sqlite_schemes,
     .features = LEASE_FEATURE_TXN,
     .open = sqlite_open,
     .close = sqlite_close,

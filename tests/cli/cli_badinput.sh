@@ -168,10 +168,14 @@ done
 assert_eq "$(stat -c %s "$T/afile")" 0 "the regular file in the way is untouched"
 
 section "passwords never printed"
+# Without a redis store (an SQLite-only build) the URL is refused (2)
+# before any connection; with it, nothing listens on port 1 (6).
+redis_rc=2
+has_store redis && redis_rc=6
 for args in "ls" "acquire k" "show k" "fence res 8" "run k -- true" "renew k --owner $OWNER --token 1"; do
     # shellcheck disable=SC2086
     call "$LEASE" --store redis://user:hunter2@127.0.0.1:1/0 $args
-    expect_rc 6 "redis URL ($args): nothing listens on port 1"
+    expect_rc "$redis_rc" "redis URL ($args): nothing listens on port 1"
     expect_stderr "redis URL ($args)"
     assert_not_contains "$OUT$ERR" hunter2 "redis URL ($args): the password"
 done
@@ -183,7 +187,7 @@ for url in "postgres://user:hunter2@127.0.0.1:1/db" "sqlite://user:hunter2@host/
     assert_not_contains "$OUT$ERR" hunter2 "store URL $url: the password"
 done
 call env LEASE_STORE=redis://user:hunter2@127.0.0.1:1/0 "$LEASE" ls
-expect_rc 6 "LEASE_STORE with a password"
+expect_rc "$redis_rc" "LEASE_STORE with a password"
 assert_not_contains "$OUT$ERR" hunter2 "LEASE_STORE with a password: the password"
 
 section "run"

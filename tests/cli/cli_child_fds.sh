@@ -4,13 +4,21 @@
 # descriptors of the tool or the library (a pipe, a store's socket or
 # file): for every store.
 #
-# Needs LEASE_TEST_PG_URL, LEASE_TEST_REDIS_URL and LEASE_TEST_ETCD_URL
-# (scripts/test.sh exports them): fails without them, never skips.
+# Every store this build has (the "stores:" line of `lease --version`):
+# for postgres, redis and etcd it needs LEASE_TEST_PG_URL,
+# LEASE_TEST_REDIS_URL and LEASE_TEST_ETCD_URL (scripts/test.sh exports
+# them) and fails without them, never skips.
 . "$(dirname "$0")/lib.sh" "$@"
 export T
 
+built=$("$LEASE" --version | sed -n 's/^stores: //p')
+case ", $built," in
+*", sqlite,"*) ;;
+*) fail "lease --version names no sqlite store: '$built'" ;;
+esac
 declare -A URLS=([sqlite]="sqlite://$T/fds.db")
 for v in PG:postgres REDIS:redis ETCD:etcd; do
+    case ", $built," in *", ${v#*:},"*) ;; *) continue ;; esac
     var=LEASE_TEST_${v%%:*}_URL
     if [ -z "${!var:-}" ]; then
         fail "$var is not set: start a server (scripts/test.sh does)"

@@ -34,6 +34,15 @@ T=$(mktemp -d "${TMPDIR:-/tmp}/lease-$TEST_NAME.XXXXXX") || {
 
 # Kill a process and everything below it, by pid (children first, so that
 # none is re-parented out of reach).
+# has_store NAME: this build of lease has the store NAME (the "stores:"
+# line of `lease --version`): tests of a store it lacks expect exit 2.
+has_store() {
+    case ", $("$LEASE" --version | sed -n 's/^stores: //p')," in
+    *", $1,"*) return 0 ;;
+    *) return 1 ;;
+    esac
+}
+
 kill_tree() {
     local pid=$1 child
     for child in $(cat /proc/"$pid"/task/*/children 2>/dev/null || pgrep -P "$pid" 2>/dev/null); do

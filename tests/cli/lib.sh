@@ -158,13 +158,19 @@ pick_port() {
     return 1
 }
 
-# timed CMD...: call, with how long it took in $MS (milliseconds). For
-# generous bounds only ("a --timeout 1s call ends within 10 s").
-timed() {
+# stopwatch CMD...: run CMD (a command or a function of the script), with
+# how long it took in $MS (milliseconds). For generous bounds only ("a
+# --timeout 1s call ends within 10 s").
+stopwatch() {
     local t0
     t0=$(date +%s%N)
-    call "$@"
+    "$@"
     MS=$((($(date +%s%N) - t0) / 1000000))
+}
+
+# timed CMD...: call, timed by stopwatch.
+timed() {
+    stopwatch call "$@"
 }
 
 _ctx() {

@@ -52,10 +52,7 @@ comp_at() {
 
 # timed_comp LINE: comp_at, with how long it took in $MS (milliseconds).
 timed_comp() {
-    local t0
-    t0=$(date +%s%N)
-    comp_at "$1"
-    MS=$((($(date +%s%N) - t0) / 1000000))
+    stopwatch comp_at "$1"
 }
 
 # offers CANDIDATE DESCRIPTION: the last completion offered CANDIDATE.

@@ -16,7 +16,7 @@
 #define LEASE__TOKEN_MAX ((uint64_t)INT64_MAX)
 #define LEASE__TIMEOUT_DEFAULT_MS 5000u
 
-/* error.c; the message is long enough for a key, a label, an owner and a
+/* core/error.c; the message is long enough for a key, a label, an owner and a
  * store's own message. */
 #define LEASE__ERRMSG_SIZE 1024
 #define lease__seterr lease_store_seterr
@@ -26,7 +26,7 @@
 int lease__not_holder(const char *what, const char *key, uint64_t token,
                       const char *tail);
 
-/* util.c */
+/* util/util.c */
 int64_t lease__mono_ns(void);           /* CLOCK_MONOTONIC, for condvars */
 void lease__sleep_ns(int64_t ns);
 uint64_t lease__random_u64(void);       /* for jitter; not for identities */
@@ -43,7 +43,7 @@ int lease__read_password_file(char **out, const char *store, const char *path);
 /* The local deadline: sent_ns + ttl - margin for clock-rate drift. */
 int64_t lease__deadline_ns(int64_t sent_ns, uint64_t ttl_ms);
 
-/* url.c: URLs of the form scheme:[//[user[:password]@]hosts][path][?query] */
+/* util/url.c: URLs of the form scheme:[//[user[:password]@]hosts][path][?query] */
 typedef struct lease__url_param {
     char *name;
     char *value;
@@ -68,7 +68,7 @@ char *lease__url_redact(const char *text);
 /* The scheme of `text`, lower-cased, into buf; EINVALID if none. */
 int lease__url_scheme(char *buf, size_t size, const char *text);
 
-/* secrets (url.c/error.c) */
+/* secrets (util/url.c, core/error.c) */
 /* Called once per string of a store URL that may be a secret (the user
  * info's password as written, decoded and re-encoded, its pieces, and
  * the values of secret query parameters); non-zero stops the walk. */
@@ -90,16 +90,16 @@ void lease__secret_release(const char *secret);
  * longer. lease_store_seterr does this to every message it keeps. */
 void lease__scrub(char *buf);
 
-/* lease.c: key, owner and token of a grant given back by the caller. */
+/* core/lease.c: key, owner and token of a grant given back by the caller. */
 int lease__check_grant(const lease_grant *g);
 /* lease_renew; with mark_lost 0 a refusal is not written to the history,
  * for a caller that must act on it first (the keeper). */
 int lease__renew(lease_grant *g, lease_store *s, uint64_t ttl_ms, int mark_lost);
 
-/* history.c: after a renew refused with LEASE_ELOST (keeps the error). */
+/* core/history.c: after a renew refused with LEASE_ELOST (keeps the error). */
 void lease__history_lost(lease_store *store, const lease_grant *grant);
 
-/* log.c */
+/* core/log.c */
 int lease__log_enabled(lease_log_level level);
 void lease__log(lease_log_level level, const char *event, const char *store,
                 const char *message);
@@ -110,7 +110,7 @@ void lease__log_state(lease_log_level level, const char *event,
                       const char *store, const lease_grant *grant,
                       const char *detail);
 
-/* metrics.c */
+/* core/metrics.c */
 void lease__metric_acquire(const char *store, int rc, int64_t wait_ns);
 void lease__metric_renew(const char *store, int ok);
 void lease__metric_loss(const char *store, int uncertain);
@@ -118,7 +118,7 @@ void lease__metric_held(const char *store, int64_t held_ns);
 void lease__metric_leader(const char *store);
 void lease__metric_fenced(const char *store);
 
-/* store.c */
+/* core/store.c */
 const lease_backend *lease__backend_for(const char *scheme);
 
 /*

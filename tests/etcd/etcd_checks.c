@@ -1,5 +1,5 @@
 /*
- * etcd_checks.c - checks of the etcd store and of src/util.c that need no
+ * etcd_checks.c - checks of the etcd store and of src/util/util.c that need no
  * cmocka, driven by the scripts of this directory:
  *
  *   etcd_checks cloexec URL

@@ -1,6 +1,6 @@
 /*
- * fuzz_writers.c - the JSON log lines (src/log.c) and the Prometheus text
- * (src/metrics.c), driven with fuzzed keys, labels, messages, store names
+ * fuzz_writers.c - the JSON log lines (src/core/log.c) and the Prometheus text
+ * (src/core/metrics.c), driven with fuzzed keys, labels, messages, store names
  * and values.
  *
  * Input: fields separated by 0x01: key, label, message, store name, then

@@ -428,7 +428,7 @@ static long long listeners(PGconn *c)
 /*
  * The server restarts while an acquire waits for a held key: "while
  * waiting, a store failure is retried like a busy key (the store may be
- * restarting)" (src/lease.c), so the waiter gets the key once the holder's
+ * restarting)" (src/core/lease.c), so the waiter gets the key once the holder's
  * ttl (3 s) has run out, well within its 20 s wait.
  */
 static void test_restart_during_wait(void **state)

@@ -434,7 +434,7 @@ static void test_schema_table_names_from_url(void **state)
     " token bigint NOT NULL,"                                                 \
     " resource_key text NOT NULL);"
 
-/* The history table as src/store_pg.c documents it, for an administrator
+/* The history table as src/stores/pg.c documents it, for an administrator
  * to create by hand; %s is the table. */
 #define HISTORY_DDL_FMT                                                       \
     "CREATE TABLE %s (resource_key text, fencing_token bigint, "              \
@@ -2246,7 +2246,7 @@ static void test_security_no_password(void **state)
     free(real);
 
     /* An '@' the user did not escape: lease reads the password up to the
-     * last '@' (src/url.c is lenient there), so all of it is the password
+     * last '@' (src/util/url.c is lenient there), so all of it is the password
      * and no part of it may show, whatever libpq makes of the URL. */
     {
         char *raw_at = url_replace_password(conf_url, "Wr0ng@Tail-5150");

@@ -1,5 +1,5 @@
 /*
- * store_etcd.c - etcd v3, through its JSON gateway (libcurl + jansson).
+ * stores/etcd.c - etcd v3, through its JSON gateway (libcurl + jansson).
  *
  * URL: etcd://[user[:password]@]host:port[,host:port...][/prefix]
  *   (etcds:// for TLS)

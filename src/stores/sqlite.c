@@ -1,5 +1,5 @@
 /*
- * store_sqlite.c - the embedded store: one SQLite file, one host, no server.
+ * stores/sqlite.c - the embedded store: one SQLite file, one host, no server.
  *
  * URLs: sqlite:relative/path.db, sqlite:///absolute/path.db
  * Parameters: synchronous=full (default) | extra | normal

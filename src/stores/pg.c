@@ -1,5 +1,5 @@
 /*
- * store_pg.c - PostgreSQL, through libpq: the chapter's lease table.
+ * stores/pg.c - PostgreSQL, through libpq: the chapter's lease table.
  *
  * URLs: postgres://[user[:password]@]host[:port][/db][?param=value...] or
  * postgresql://...; libpq reads the URL itself, so sslmode, PGPASSFILE,

@@ -1,5 +1,5 @@
 /*
- * store_redis.c - Redis, through hiredis: leases and tokens in server-side
+ * stores/redis.c - Redis, through hiredis: leases and tokens in server-side
  * scripts.
  *
  * URL: redis://[user:password@]host:port[/db][?param=value...]

@@ -1,9 +1,11 @@
 /*
- * conf_util.h - what the conformance suite and the keeper test share:
- * finding the store URL, a random key prefix per run, assertions that print
- * the library's message, bounded waits, and forked children.
+ * conf_util.h - what the four store-agnostic programs (the conformance
+ * suite, the keeper, election and history tests) and the PostgreSQL store
+ * tests (tests/pg/pg_test.h) share: finding the store URL, a random key
+ * prefix per run, assertions that print the library's message
+ * (conf_assert.h), bounded waits, and forked children.
  *
- * Only the public API (lease.h) is used, so that both programs run
+ * Only the public API (lease.h) is used, so that the four programs run
  * unchanged against every store.
  *
  * Forking: a store handle is a connection (an SQLite file with its locks,
@@ -38,10 +40,12 @@
 #include "lease.h"
 
 /* The run's store URL, its handle in this (parent) process, and the key
- * prefix "<what>/<uuid>/" that keeps runs on a persistent store apart. */
-static const char *conf_url;
-static lease_store *conf_store;
-static char conf_prefix[64];
+ * prefix "<what>/<uuid>/" that keeps runs on a persistent store apart.
+ * Defined once, in conf_util.c (the library lease_conf_util), so that the
+ * files of a program made of several share them. */
+extern const char *conf_url;
+extern lease_store *conf_store;
+extern char conf_prefix[64];
 
 #include "conf_assert.h"
 
@@ -156,7 +160,7 @@ static inline void conf_store_open(void)
 /* ---- children ---------------------------------------------------------- */
 
 #define CONF_MAX_CHILDREN 64
-static pid_t conf_children[CONF_MAX_CHILDREN];
+extern pid_t conf_children[CONF_MAX_CHILDREN]; /* conf_util.c */
 
 static inline pid_t conf_fork(void)
 {

@@ -73,6 +73,9 @@ int cli_duration(uint64_t *ms, const char *cmd, const char *flag,
 void cli_default_label(char *buf, size_t size);
 void cli_print_json(json_t *obj); /* prints and frees */
 json_t *cli_grant_json(const lease_grant *g);
+/* "held", "expired" or "free": the library's one meaning of info->state,
+ * the same on every store (never worked out here from held and owner). */
+const char *cli_state_name(const lease_info *info);
 json_t *cli_info_json(const lease_info *info);
 json_t *cli_history_json(const lease_history_entry *entry);
 /* Wall-clock ms since the epoch as "2026-01-02T03:04:05.678Z"; "-" for 0. */

@@ -95,7 +95,7 @@ static struct {
     lease_info leader;
     int known;
     int ours;
-} view = { PTHREAD_MUTEX_INITIALIZER, "", "", { "", "", "", 0, 0, 0, 0 }, 0, 0 };
+} view = { .mu = PTHREAD_MUTEX_INITIALIZER }; /* the rest zero, whatever lease_info holds */
 
 /* Takes body (malloc'ed; NULL when it could not be made: the connection
  * is closed, which is all that can be done without memory). */

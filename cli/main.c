@@ -1,7 +1,8 @@
 /*
  * main.c - the `lease` command: acquire, renew, release, show, ls, history,
  * fence and help; `run` and `elect` live in cmd_run.c, `leader` in
- * cmd_leader.c, `agent` in cmd_agent.c.
+ * cmd_leader.c, `agent` in cmd_agent.c, `--version` in version.c, and what
+ * they share (flags, errors, JSON) in util.c and escape.c.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -360,7 +361,7 @@ static int cmd_release(cli_globals *g, cli_args *a)
  * escaped (escape.h), so that none can move the cursor or forge a line. */
 static void print_info(const lease_info *i)
 {
-    const char *state = i->held ? "held" : i->owner[0] ? "expired" : "free";
+    const char *state = cli_state_name(i);
     char *key = cli_text(i->key);
 
     printf("%-32s %-8s token %-6llu", key ? key : "?", state,

@@ -422,9 +422,21 @@ json_t *cli_grant_json(const lease_grant *g)
                      "valid_ms", (json_int_t)lease_grant_remaining_ms(g));
 }
 
+const char *cli_state_name(const lease_info *i)
+{
+    switch (i->state) {
+    case LEASE_STATE_HELD:
+        return "held";
+    case LEASE_STATE_EXPIRED:
+        return "expired";
+    default:
+        return "free";
+    }
+}
+
 json_t *cli_info_json(const lease_info *i)
 {
-    const char *state = i->held ? "held" : i->owner[0] ? "expired" : "free";
+    const char *state = cli_state_name(i);
 
     return json_pack("{s:o, s:s, s:o, s:o, s:I, s:I, s:I}",
                      "key", cli_json_str(i->key),

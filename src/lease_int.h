@@ -15,6 +15,9 @@
 /* The greatest token any store keeps (PostgreSQL's bigint, SQLite's int). */
 #define LEASE__TOKEN_MAX ((uint64_t)INT64_MAX)
 #define LEASE__TIMEOUT_DEFAULT_MS 5000u
+/* The largest value lease_guarded_put takes (checked by the core only;
+ * the stores size their answer limits by it). */
+#define LEASE__VALUE_MAX ((size_t)64 << 20)
 
 /* core/error.c; the message is long enough for a key, a label, an owner and a
  * store's own message. */
@@ -67,6 +70,9 @@ const char *lease__url_param(const lease__url *url, const char *name);
 char *lease__url_redact(const char *text);
 /* The scheme of `text`, lower-cased, into buf; EINVALID if none. */
 int lease__url_scheme(char *buf, size_t size, const char *text);
+/* The value of one hex digit (either case), -1 for any other byte: for
+ * %XX escapes here and the hex-escaped names of the PostgreSQL store. */
+int lease__hexval(int c);
 
 /* secrets (util/url.c, core/error.c) */
 /* Called once per string of a store URL that may be a secret (the user
@@ -90,6 +96,9 @@ void lease__secret_release(const char *secret);
  * longer. lease_store_seterr does this to every message it keeps. */
 void lease__scrub(char *buf);
 
+/* core/lease.c: the one meaning of info->state, from held, owner and what
+ * the store said (see inspect in lease/sys/store.h). */
+void lease__info_state(lease_info *info);
 /* core/lease.c: key, owner and token of a grant given back by the caller. */
 int lease__check_grant(const lease_grant *g);
 /* lease_renew; with mark_lost 0 a refusal is not written to the history,
@@ -120,6 +129,9 @@ void lease__metric_fenced(const char *store);
 
 /* core/store.c */
 const lease_backend *lease__backend_for(const char *scheme);
+/* What lease_backend_register checks (the built-in tables pass it too:
+ * tests/unit/test_backend.c). */
+int lease__backend_check(const lease_backend *backend);
 
 /*
  * The stores this project has, whether or not this build has them: the one

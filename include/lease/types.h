@@ -46,6 +46,18 @@ typedef struct lease_grant {
     int64_t acquired_ns; /* when the acquire was sent, on lease_clock_ns() */
 } lease_grant;
 
+/*
+ * The state of a key, the same on every store:
+ *  FREE     never held, or its last lease was released;
+ *  HELD     an unexpired lease exists;
+ *  EXPIRED  its last lease ran out (or was lost) and was never released.
+ */
+typedef enum lease_state {
+    LEASE_STATE_FREE = 0,
+    LEASE_STATE_HELD = 1,
+    LEASE_STATE_EXPIRED = 2
+} lease_state;
+
 /* What inspect and list report about one key. */
 typedef struct lease_info {
     char key[LEASE_KEY_MAX + 1];
@@ -55,6 +67,7 @@ typedef struct lease_info {
     int held;              /* 1: an unexpired lease exists; 0: free/expired */
     uint64_t remaining_ms; /* time left on the store's clock when held */
     uint64_t ttl_ms;       /* ttl of the current lease when held */
+    lease_state state;     /* held == (state == LEASE_STATE_HELD) */
 } lease_info;
 
 #ifdef __cplusplus

@@ -57,6 +57,7 @@ int lease_history(lease_history_entry **out, size_t *count, lease_store *s,
      * between them (a token newer than inspect saw) is left held rather
      * than called expired.
      */
+    memset(&info, 0, sizeof(info));
     if ((rc = s->backend->inspect(&info, s, key)) == LEASE_ENOTFOUND) {
         /* No lease at all (e.g. its row deleted by hand): none is held. */
         memset(&info, 0, sizeof(info));

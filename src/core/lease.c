@@ -3,6 +3,7 @@
  * deadlines, and the bounded wait of acquire. The store does one attempt;
  * everything around it lives here, once for every store.
  */
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -246,6 +247,22 @@ int lease_release(lease_store *s, const lease_grant *g)
     return rc;
 }
 
+/*
+ * SQLite and PostgreSQL keep the owner of a lease that ran out and clear it
+ * on release, so "not held, owner recorded" is EXPIRED; Redis and etcd
+ * forget the owner with the lease and say EXPIRED themselves. Whatever a
+ * store said, `held` decides HELD.
+ */
+void lease__info_state(lease_info *info)
+{
+    if (info->held)
+        info->state = LEASE_STATE_HELD;
+    else if (info->state == LEASE_STATE_EXPIRED || info->owner[0] != '\0')
+        info->state = LEASE_STATE_EXPIRED;
+    else
+        info->state = LEASE_STATE_FREE;
+}
+
 int lease_inspect(lease_info *out, lease_store *s, const char *key)
 {
     int rc;
@@ -255,12 +272,16 @@ int lease_inspect(lease_info *out, lease_store *s, const char *key)
     if ((rc = check_store(s)) < 0 || (rc = lease__check_name("key", key)) < 0)
         return rc;
     memset(out, 0, sizeof(*out));
-    return s->backend->inspect(out, s, key);
+    if ((rc = s->backend->inspect(out, s, key)) < 0)
+        return rc;
+    lease__info_state(out);
+    return 0;
 }
 
 typedef struct {
     lease_info *items;
     size_t n, cap;
+    size_t info_size; /* what the store's lease_info holds (see list_add) */
 } list_acc;
 
 static int list_add(const lease_info *info, void *payload)
@@ -275,14 +296,25 @@ static int list_add(const lease_info *info, void *payload)
         acc->items = p;
         acc->cap = cap;
     }
-    acc->items[acc->n++] = *info;
+    /* A store built before version 3 passes a lease_info that ends before
+     * `state`: copy no more than it has. */
+    memset(&acc->items[acc->n], 0, sizeof(*info));
+    memcpy(&acc->items[acc->n], info, acc->info_size);
+    lease__info_state(&acc->items[acc->n++]);
     return 0;
+}
+
+/* Keys compare as bytes, as the stores' own order did (strcmp compares
+ * unsigned chars). */
+static int cmp_key(const void *a, const void *b)
+{
+    return strcmp(((const lease_info *)a)->key, ((const lease_info *)b)->key);
 }
 
 int lease_list(lease_info **out, size_t *count, lease_store *s,
                const char *prefix)
 {
-    list_acc acc = { NULL, 0, 0 };
+    list_acc acc = { NULL, 0, 0, sizeof(lease_info) };
     int rc;
 
     if (out == NULL || count == NULL)
@@ -296,11 +328,17 @@ int lease_list(lease_info **out, size_t *count, lease_store *s,
     if (strnlen(prefix, LEASE_KEY_MAX + 1) > LEASE_KEY_MAX)
         return lease__seterr(LEASE_EINVALID, "prefix is longer than %d bytes",
                              LEASE_KEY_MAX);
+    if (s->backend->version < 3)
+        acc.info_size = offsetof(lease_info, state);
     rc = s->backend->list(s, prefix, list_add, &acc);
     if (rc < 0) {
         free(acc.items);
         return rc;
     }
+    /* The stores walk in whatever order their keys come (a SCAN, escaped
+     * names); the caller sees them in key order, once, here. */
+    if (acc.n > 1)
+        qsort(acc.items, acc.n, sizeof(*acc.items), cmp_key);
     *out = acc.items;
     *count = acc.n;
     return 0;
@@ -362,8 +400,9 @@ int lease_guarded_put(lease_store *s, const lease_grant *g, const char *name,
         return rc;
     if (value == NULL && len > 0)
         return lease__seterr(LEASE_EINVALID, "value is NULL");
-    if (len > 64u * 1024 * 1024)
-        return lease__seterr(LEASE_EINVALID, "value is larger than 64 MiB");
+    if (len > LEASE__VALUE_MAX)
+        return lease__seterr(LEASE_EINVALID, "value is larger than %zu MiB",
+                             LEASE__VALUE_MAX >> 20);
     return s->backend->guarded_put(s, g->key, g->owner, g->token, name,
                                    value ? value : "", len);
 }

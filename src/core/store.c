@@ -1,6 +1,11 @@
 /*
- * store.c - finding a store by URL scheme, opening and closing it, and the
- * handle's settings. Nothing here knows any particular store.
+ * store.c - finding a store by URL scheme, checking and registering store
+ * tables, opening and closing a connection, and the handle's settings.
+ * lease__stores below is the project's one list of stores; PostgreSQL,
+ * Redis and etcd are optional (LEASE_WITH_<STORE>), and one this build was
+ * configured without keeps its entry with no backend, so that its scheme
+ * gets "this build has no ... store". Beyond that list nothing here knows
+ * any particular store.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -129,22 +134,54 @@ int lease_store_client_version(char *buf, size_t size, const char *store)
     return lease__seterr(LEASE_ENOTFOUND, "this build has no store '%s'", store);
 }
 
-int lease_backend_register(const lease_backend *b)
+/* A feature bit and the slot that provides it. */
+static int lacks_feature_slot(const lease_backend *b)
+{
+    unsigned int f = b->features;
+
+    return ((f & LEASE_FEATURE_NOTIFY) && !b->wait_release) ||
+           ((f & LEASE_FEATURE_TXN) && !b->guarded_txn) ||
+           ((f & LEASE_FEATURE_RENEW_MANY) && !b->renew_many) ||
+           ((f & LEASE_FEATURE_ADVISORY) && !b->advisory_txn);
+}
+
+int lease__backend_check(const lease_backend *b)
 {
     if (b == NULL || b->version < 1 || b->version > LEASE_BACKEND_VERSION)
         return lease__seterr(LEASE_EINVALID,
                              "backend is NULL or of an unknown version");
     if (b->name == NULL || b->schemes == NULL || b->schemes[0] == NULL ||
-        !b->open || !b->close || !b->acquire || !b->renew || !b->release ||
+        !b->close || !b->acquire || !b->renew || !b->release ||
         !b->inspect || !b->list || !b->fence_advance || !b->fence_mark ||
         !b->guarded_put || !b->data_get)
         return lease__seterr(LEASE_EINVALID,
                              "backend '%s' lacks a required slot",
                              b->name ? b->name : "?");
+    /* store_size and open3 exist only in a table of version 3 or later:
+     * an older one ends before them. */
+    if (b->version < 3 ? !b->open
+                       : !b->open3 || b->open || b->store_size < sizeof(lease_store))
+        return lease__seterr(LEASE_EINVALID,
+                             "backend '%s' needs %s", b->name,
+                             b->version < 3 ? "open"
+                                            : "open3 and store_size (and no open)");
     if (b->version >= 2 && !b->history != !b->history_lost)
         return lease__seterr(LEASE_EINVALID,
                              "backend '%s' must have both history slots or neither",
                              b->name);
+    if (lacks_feature_slot(b))
+        return lease__seterr(LEASE_EINVALID,
+                             "backend '%s' names a feature whose slot it lacks",
+                             b->name);
+    return 0;
+}
+
+int lease_backend_register(const lease_backend *b)
+{
+    int rc;
+
+    if ((rc = lease__backend_check(b)) < 0)
+        return rc;
     if (nregistered == MAX_REGISTERED)
         return lease__seterr(LEASE_ENOMEM, "too many registered backends");
     registered[nregistered++] = b;
@@ -154,6 +191,78 @@ int lease_backend_register(const lease_backend *b)
 int lease_store_open(lease_store **out, const char *url)
 {
     return lease_store_open_timeout(out, url, LEASE__TIMEOUT_DEFAULT_MS);
+}
+
+/* Give back the strings of the core's part: the URL may hold a password,
+ * so it is not left in freed memory, and its secrets leave the registry. */
+static void free_parent(char *url, char *redacted)
+{
+    if (url) {
+        lease__secrets_release(url);
+        memset(url, 0, strlen(url));
+        free(url);
+    }
+    free(redacted);
+}
+
+/* The core's part of a connection: the same before (version 3) or after
+ * (earlier versions) the store's open. */
+static int fill_parent(lease_store *s, const lease_backend *b, const char *url,
+                       uint64_t timeout_ms)
+{
+    s->backend = b;
+    s->url = strdup(url);
+    s->url_redacted = lease__url_redact(url);
+    s->timeout_ms = timeout_ms;
+    s->ttl_max_ms = LEASE_TTL_MAX_DEFAULT_MS;
+    if (s->url == NULL || s->url_redacted == NULL)
+        return lease__seterr(LEASE_ENOMEM, "out of memory");
+    return 0;
+}
+
+/* Version 3: the core allocates the connection and fills its part first.
+ * The URL's secrets are held by the caller; from here on they go with
+ * s->url, or are released here when there is none. */
+static int open_v3(lease_store **out, const lease_backend *b, const char *url,
+                   uint64_t timeout_ms)
+{
+    lease_store *s = calloc(1, b->store_size);
+    int rc;
+
+    if (s == NULL) {
+        lease__secrets_release(url);
+        return lease__seterr(LEASE_ENOMEM, "out of memory");
+    }
+    if ((rc = fill_parent(s, b, url, timeout_ms)) < 0 || (rc = b->open3(s, url)) < 0) {
+        if (s->url == NULL)
+            lease__secrets_release(url);
+        free_parent(s->url, s->url_redacted);
+        free(s);
+        return rc;
+    }
+    *out = s;
+    return 0;
+}
+
+/* Versions 1 and 2: the store allocates, the core fills its part after. */
+static int open_v2(lease_store **out, const lease_backend *b, const char *url,
+                   uint64_t timeout_ms)
+{
+    lease_store *s = NULL;
+    int rc;
+
+    if ((rc = b->open(&s, url, timeout_ms)) < 0) {
+        lease__secrets_release(url);
+        return rc;
+    }
+    if ((rc = fill_parent(s, b, url, timeout_ms)) < 0) {
+        if (s->url == NULL)
+            lease__secrets_release(url); /* close cannot, without it */
+        lease_store_close(s);
+        return rc;
+    }
+    *out = s;
+    return 0;
 }
 
 int lease_store_open_timeout(lease_store **out, const char *url,
@@ -182,21 +291,10 @@ int lease_store_open_timeout(lease_store **out, const char *url,
      * URL in their messages, and every message is scrubbed of these. */
     if ((rc = lease__secrets_hold(url)) < 0)
         return lease__seterr(rc, "out of memory");
-    if ((rc = b->open(&s, url, timeout_ms)) < 0) {
-        lease__secrets_release(url);
+    rc = b->version >= 3 ? open_v3(&s, b, url, timeout_ms)
+                         : open_v2(&s, b, url, timeout_ms);
+    if (rc < 0)
         return rc;
-    }
-    s->backend = b;
-    s->url = strdup(url);
-    s->url_redacted = lease__url_redact(url);
-    s->timeout_ms = timeout_ms;
-    s->ttl_max_ms = LEASE_TTL_MAX_DEFAULT_MS;
-    if (s->url == NULL || s->url_redacted == NULL) {
-        if (s->url == NULL)
-            lease__secrets_release(url); /* close cannot, without it */
-        lease_store_close(s);
-        return lease__seterr(LEASE_ENOMEM, "out of memory");
-    }
     if (b->set_timeout && (rc = b->set_timeout(s, s->timeout_ms)) < 0) {
         lease_store_close(s);
         return rc;
@@ -208,19 +306,17 @@ int lease_store_open_timeout(lease_store **out, const char *url,
 void lease_store_close(lease_store *s)
 {
     char *url, *red;
+    int core_owned;
 
     if (s == NULL)
         return;
     url = s->url;
     red = s->url_redacted;
+    core_owned = s->backend->version >= 3;
     s->backend->close(s);
-    if (url) {
-        lease__secrets_release(url);
-        /* The URL may hold a password: do not leave it in freed memory. */
-        memset(url, 0, strlen(url));
-        free(url);
-    }
-    free(red);
+    if (core_owned)
+        free(s);
+    free_parent(url, red);
 }
 
 const char *lease_store_scheme(const lease_store *s)

@@ -71,7 +71,7 @@
 #include <curl/curl.h>
 #include <jansson.h>
 
-#include "lease_int.h"
+#include "store_int.h"
 
 #define MAX_ENDPOINTS 16
 #define PAD 20 /* digits of a zero-padded mark */
@@ -98,7 +98,6 @@ typedef struct {
     int password_from_file;         /* held with lease__secret_hold */
     char *token;                    /* etcd's auth token, NULL without */
     int auth_refused;               /* the last answer: invalid token */
-    uint64_t timeout_ms;
     int64_t end_ns;                 /* the current operation's deadline */
     int64_t last_revision;          /* from the last busy acquire: watch from here */
 } etcd_store;
@@ -184,7 +183,7 @@ static char *etcd_b64_decode(const char *in, size_t *len)
 #define LIST_ANSWER_MAX ((size_t)32 << 20)
 /* Descriptors looked at for libcurl's own (see etcd_multi_new). */
 #define ETCD_FD_SCAN 65536
-#define DATA_ANSWER_MAX (((size_t)64 << 20) / 3 * 4 + ((size_t)1 << 20))
+#define DATA_ANSWER_MAX (LEASE__VALUE_MAX / 3 * 4 + ((size_t)1 << 20))
 
 typedef struct {
     char *data;
@@ -437,7 +436,7 @@ static CURLcode etcd_perform(int *sent, etcd_store *s, int idx, const char *path
 static int etcd_failed(etcd_store *s, CURLcode cc, int sent, int idx,
                        int64_t waited_ms, const body *b, const char *what)
 {
-    const char *url = s->parent.url_redacted ? s->parent.url_redacted : "?";
+    const char *url = s->parent.url_redacted;
 
     if (b->too_large || cc == CURLE_FILESIZE_EXCEEDED)
         return lease__seterr(LEASE_ESTORE, "etcd %s on %s: answer too large: %s "
@@ -552,7 +551,7 @@ static int etcd_post(json_t **out, etcd_store *s, const char *path, json_t *req,
  * many requests it makes: its first request sets the deadline. */
 static void etcd_begin(etcd_store *s)
 {
-    s->end_ns = lease_clock_ns() + (int64_t)s->timeout_ms * 1000000;
+    s->end_ns = lease_clock_ns() + (int64_t)s->parent.timeout_ms * 1000000;
 }
 
 /*
@@ -783,7 +782,7 @@ static int etcd_token_text(uint64_t *out, const char *text, size_t n)
             return -1;
         v = v * 10 + d;
     }
-    if (v == 0 || v > LEASE__TOKEN_MAX)
+    if (!lease__token_ok(v))
         return -1;
     *out = v;
     return 0;
@@ -845,7 +844,6 @@ static char *etcd_kv_value(json_t *kv, size_t *len)
     return etcd_b64_decode(v ? v : "", len);
 }
 
-/* The kvs[0] of the i-th response of a txn, NULL if none. */
 /* The kvs of the i-th response of a txn (a range's), or NULL. */
 static json_t *etcd_txn_kvs(json_t *txn, size_t i)
 {
@@ -854,6 +852,7 @@ static json_t *etcd_txn_kvs(json_t *txn, size_t i)
     return json_object_get(json_object_get(r, "response_range"), "kvs");
 }
 
+/* The kvs[0] of the i-th response of a txn, NULL if none. */
 static json_t *etcd_txn_kv(json_t *txn, size_t i)
 {
     return json_array_get(etcd_txn_kvs(txn, i), 0);
@@ -1438,9 +1437,7 @@ static int etcd_release(lease_store *base, const char *key, const char *owner,
         id = etcd_jint(etcd_txn_kv(res, 0), "lease");
     json_decref(res);
     if (!ok)
-        return lease__seterr(LEASE_ELOST,
-                             "release '%s': this owner does not hold token %llu",
-                             key, (unsigned long long)token);
+        return lease__not_holder("release", key, token, NULL);
     if (id > 0)
         etcd_revoke(s, id);
     return 0;
@@ -1650,6 +1647,37 @@ static int etcd_history_lost(lease_store *base, const char *key, const char *own
     return 0;
 }
 
+/*
+ * For a key without a lease (etcd drops lease/K alike on a release and on
+ * expiry): its last grant, `info->token`, ran out unless its end marker
+ * says "released". One more request, only for such keys.
+ */
+static int etcd_unheld_state(lease_info *info, etcd_store *s, const char *key,
+                             const char *what)
+{
+    char ended[HNAME_SZ], tok[PAD + 1], *v;
+    json_t *res, *kv;
+    int rc;
+
+    if (info->held || info->token == 0)
+        return 0;
+    etcd_pad(tok, info->token);
+    etcd_hist_name(ended, key, tok);
+    rc = etcd_call(&res, s, "/v3/kv/range",
+                   json_pack("{s:o}", "key", etcd_jkey(s, "ended/", ended)), what);
+    if (rc < 0)
+        return rc;
+    kv = json_array_get(json_object_get(res, "kvs"), 0);
+    v = kv ? etcd_kv_value(kv, NULL) : NULL;
+    if (kv && v == NULL)
+        rc = lease__seterr(LEASE_ENOMEM, "out of memory");
+    else if (v == NULL || strncmp(v, "released\n", 9) != 0)
+        info->state = LEASE_STATE_EXPIRED;
+    free(v);
+    json_decref(res);
+    return rc;
+}
+
 static int etcd_inspect(lease_info *out, lease_store *base, const char *key)
 {
     etcd_store *s = (etcd_store *)base;
@@ -1674,7 +1702,7 @@ static int etcd_inspect(lease_info *out, lease_store *base, const char *key)
     if (rc == 0)
         rc = etcd_fill_info(out, s, key, etcd_txn_kv(res, 0), etcd_txn_kv(res, 1), last);
     json_decref(res);
-    return rc;
+    return rc < 0 ? rc : etcd_unheld_state(out, s, key, "inspect");
 }
 
 /* The lease key names of a range's kvs, "<prefix><kind>" (skip bytes)
@@ -1720,8 +1748,9 @@ static json_t *etcd_kv_named(json_t *kvs, char **names, size_t *at, const char *
 
 /*
  * One txn reads the seen/, lease/ and meta/ keys under the prefix, at one
- * revision, each range in key order; a merge joins them. Only held keys
- * cost one more call each (the time left on their etcd lease).
+ * revision, each range in key order; a merge joins them. Every key costs
+ * one more call: a held key its time left on the etcd lease, another
+ * whether its last grant was released (etcd_unheld_state).
  */
 static int etcd_list(lease_store *base, const char *prefix, lease_list_cb cb,
                      void *payload)
@@ -1763,6 +1792,8 @@ static int etcd_list(lease_store *base, const char *prefix, lease_list_cb cb,
             rc = etcd_fill_info(&info, s, names[0][i],
                            etcd_kv_named(kvs[1], names[1], &li, names[0][i]),
                            etcd_kv_named(kvs[2], names[2], &mi, names[0][i]), last);
+        if (rc == 0)
+            rc = etcd_unheld_state(&info, s, names[0][i], "list");
         if (rc == 0)
             rc = cb(&info, payload);
     }
@@ -1993,12 +2024,6 @@ static int etcd_wait_release(lease_store *base, const char *key, uint64_t timeou
     return rc;
 }
 
-static int etcd_set_timeout(lease_store *base, uint64_t timeout_ms)
-{
-    ((etcd_store *)base)->timeout_ms = timeout_ms;
-    return 0;
-}
-
 /* ---- open and close ---------------------------------------------------- */
 
 static void etcd_close(lease_store *base)
@@ -2027,7 +2052,6 @@ static void etcd_close(lease_store *base)
         memset(s->token, 0, strlen(s->token));
         free(s->token);
     }
-    free(s);
 }
 
 /* "host:port", "[v6]:port": what a member may be, checked before any
@@ -2180,28 +2204,22 @@ static void etcd_curl_start(void)
     curl_global_init(CURL_GLOBAL_DEFAULT);
 }
 
-static int etcd_open(lease_store **out, const char *url, uint64_t timeout_ms)
+static int etcd_open(lease_store *base, const char *url)
 {
+    etcd_store *s = (etcd_store *)base;
     lease__url u;
-    etcd_store *s;
     json_t *res = NULL;
     int rc;
 
     if ((rc = lease__url_parse(&u, url)) < 0)
         return rc;
-    if ((s = calloc(1, sizeof(*s))) == NULL) {
-        lease__url_free(&u);
-        return lease__seterr(LEASE_ENOMEM, "out of memory");
-    }
     rc = etcd_parse_url(s, &u);
     lease__url_free(&u);
-    s->timeout_ms = timeout_ms;
     pthread_once(&curl_once, etcd_curl_start);
     if (rc == 0 && ((s->curl = curl_easy_init()) == NULL ||
                     (s->multi = etcd_multi_new()) == NULL))
         rc = lease__seterr(LEASE_ENOMEM, "cannot start libcurl");
     /* Say hello to the cluster, so a wrong URL fails at open. */
-    s->parent.url_redacted = lease__url_redact(url);
     etcd_begin(s);
     if (rc == 0 && s->user)
         rc = etcd_authenticate(s);
@@ -2210,16 +2228,10 @@ static int etcd_open(lease_store **out, const char *url, uint64_t timeout_ms)
                   json_pack("{s:o, s:b}", "key", etcd_jkey(s, "seen/", ""), "count_only", 1),
                   "connect");
     json_decref(res);
-    free(s->parent.url_redacted);
-    s->parent.url_redacted = NULL;
-    if (rc < 0) {
+    if (rc < 0)
         etcd_close(&s->parent);
-        return rc;
-    }
-    *out = &s->parent;
-    return 0;
+    return rc;
 }
-
 
 /* For lease --version: libcurl and jansson as linked at run time. */
 int lease__etcd_client_version(char *buf, size_t size)
@@ -2235,7 +2247,8 @@ const lease_backend lease__etcd_backend = {
     .name = "etcd",
     .schemes = lease__etcd_schemes,
     .features = LEASE_FEATURE_NOTIFY | LEASE_FEATURE_ROUNDS_TTL,
-    .open = etcd_open,
+    .store_size = sizeof(etcd_store),
+    .open3 = etcd_open,
     .close = etcd_close,
     .acquire = etcd_acquire,
     .renew = etcd_renew,
@@ -2249,7 +2262,7 @@ const lease_backend lease__etcd_backend = {
     .guarded_txn = NULL,
     .wait_release = etcd_wait_release,
     .renew_many = NULL,
-    .set_timeout = etcd_set_timeout,
+    .set_timeout = NULL, /* etcd_begin reads parent.timeout_ms */
     .advisory_txn = NULL,
     .history = etcd_history,
     .history_lost = etcd_history_lost,

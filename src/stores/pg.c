@@ -51,7 +51,7 @@
 #include <strings.h>
 #include <libpq-fe.h>
 
-#include "lease_int.h"
+#include "store_int.h"
 
 #define NOTIFY_CHANNEL "lease_release"
 
@@ -111,12 +111,11 @@ typedef struct {
     char *sql[ST_COUNT];
     int prepared;          /* statements prepared on this connection */
     int listening;
-    uint64_t timeout_ms;
 } pg_store;
 
 /* ---- connection and bounded calls ------------------------------------ */
 
-static void drop(pg_store *s)
+static void pg_drop(pg_store *s)
 {
     if (s->conn)
         PQfinish(s->conn);
@@ -151,14 +150,14 @@ static const char *pgmsg(pg_store *s)
     return buf;
 }
 
-static int fail(pg_store *s, const char *what)
+static int pg_fail(pg_store *s, const char *what)
 {
     int rc = lease__seterr(LEASE_ESTORE, "postgres %s on %s: %s", what,
-                           s->parent.url_redacted ? s->parent.url_redacted : "?",
+                           s->parent.url_redacted,
                            pgmsg(s));
 
     if (s->conn && PQstatus(s->conn) != CONNECTION_OK)
-        drop(s);
+        pg_drop(s);
     return rc;
 }
 
@@ -185,29 +184,35 @@ static PGresult *await(pg_store *s, const char *what, int64_t end)
                 lease__seterr(LEASE_ESTORE,
                               "postgres %s: no answer within %llu ms; the "
                               "outcome is unknown", what,
-                              (unsigned long long)s->timeout_ms);
-                drop(s);
+                              (unsigned long long)s->parent.timeout_ms);
+                pg_drop(s);
                 return NULL;
             }
             n = poll(&p, 1, (int)left);
             if (n < 0 && errno != EINTR) {
                 PQclear(last);
-                fail(s, what);
-                drop(s);
+                pg_fail(s, what);
+                pg_drop(s);
                 return NULL;
             }
             if (n > 0 && !PQconsumeInput(s->conn)) {
                 PQclear(last);
-                fail(s, what);
-                drop(s);
+                pg_fail(s, what);
+                pg_drop(s);
                 return NULL;
             }
         }
     }
 }
 
-static int run(PGresult **out, char state[6], pg_store *s, const char *sql, int n,
-               const char *const *vals, const char *what, int64_t end)
+/*
+ * Run `sql` with n text parameters. 0 with *out the result (tuples or
+ * command) for the caller to PQclear; else LEASE_ESTORE with the message
+ * set, and in `state` the SQLSTATE of an error the server answered with
+ * ("" when it did not answer, or the connection is gone).
+ */
+static int pg_run(PGresult **out, char state[6], pg_store *s, const char *sql, int n,
+                  const char *const *vals, const char *what, int64_t end)
 {
     static const Oid text[4] = { T_TEXT, T_TEXT, T_TEXT, T_TEXT };
     PGresult *res;
@@ -220,7 +225,7 @@ static int run(PGresult **out, char state[6], pg_store *s, const char *sql, int 
      * statements (the schema's DDL does). */
     if (n == 0 ? !PQsendQuery(s->conn, sql)
                : n > 4 || !PQsendQueryParams(s->conn, sql, n, text, vals, NULL, NULL, 0))
-        return fail(s, what);
+        return pg_fail(s, what);
     if ((res = await(s, what, end)) == NULL)
         return LEASE_ESTORE;
     if (PQresultStatus(res) == PGRES_COMMAND_OK ||
@@ -240,16 +245,17 @@ static int run(PGresult **out, char state[6], pg_store *s, const char *sql, int 
                              PQresultErrorMessage(res));
     PQclear(res);
     if (PQstatus(s->conn) != CONNECTION_OK)
-        drop(s);
+        pg_drop(s);
     return rc;
 }
 
-/* run() for a statement whose rows do not matter. */
-static int command(pg_store *s, const char *sql, const char *what, int64_t end)
+/* pg_run() for a statement whose rows do not matter: run one command and
+ * check it succeeded. */
+static int pg_command(pg_store *s, const char *sql, const char *what, int64_t end)
 {
     char state[6];
     PGresult *res;
-    int rc = run(&res, state, s, sql, 0, NULL, what, end);
+    int rc = pg_run(&res, state, s, sql, 0, NULL, what, end);
 
     PQclear(res);
     return rc;
@@ -270,7 +276,7 @@ static int prepare_all(pg_store *s, int64_t end)
             continue;
         snprintf(name, sizeof(name), "lease_%d", i);
         if (!PQsendPrepare(s->conn, name, s->sql[i], params[i].n, params[i].types))
-            return fail(s, "prepare");
+            return pg_fail(s, "prepare");
         if ((res = await(s, "prepare", end)) == NULL)
             return LEASE_ESTORE;
         ok = PQresultStatus(res) == PGRES_COMMAND_OK;
@@ -286,15 +292,8 @@ static int prepare_all(pg_store *s, int64_t end)
     return 0;
 }
 
-/* Run one simple command (no parameters) and check it succeeded. */
-
-/*
- * Run `sql` with n text parameters. 0 with *out the result (tuples or
- * command) for the caller to PQclear; else LEASE_ESTORE with the message
- * set, and in `state` the SQLSTATE of an error the server answered with
- * ("" when it did not answer, or the connection is gone).
- */
-
+/* The server's statement_timeout and lock_timeout follow the handle's
+ * timeout, so that it gives up when the client does. */
 static int set_server_timeouts(pg_store *s, int64_t end)
 {
     const char *v[1];
@@ -304,9 +303,9 @@ static int set_server_timeouts(pg_store *s, int64_t end)
 
     /* The server gives up on its side too; lock waits get the same bound
      * as a whole statement. */
-    snprintf(ms, sizeof(ms), "%llu", (unsigned long long)s->timeout_ms);
+    snprintf(ms, sizeof(ms), "%llu", (unsigned long long)s->parent.timeout_ms);
     v[0] = ms;
-    rc = run(&res, state, s,
+    rc = pg_run(&res, state, s,
              "SELECT set_config('statement_timeout', $1, false), "
              "set_config('lock_timeout', $1, false)",
              1, v, "set timeouts", end);
@@ -329,9 +328,9 @@ static int connect_poll(pg_store *s, int64_t end)
             int rc = lease__seterr(LEASE_ESTORE,
                                    "cannot connect to postgres %s: no answer within "
                                    "%llu ms",
-                                   s->parent.url_redacted ? s->parent.url_redacted : "",
-                                   (unsigned long long)s->timeout_ms);
-            drop(s);
+                                   s->parent.url_redacted,
+                                   (unsigned long long)s->parent.timeout_ms);
+            pg_drop(s);
             return rc;
         }
         p.events = st == PGRES_POLLING_READING ? POLLIN : POLLOUT;
@@ -365,7 +364,7 @@ static void ignore_notice(void *arg, const char *message)
 }
 
 /* Connect if needed (bounded by connect_timeout), and prepare. */
-static int ensure(pg_store *s, int64_t end)
+static int pg_ensure(pg_store *s, int64_t end)
 {
     int rc;
 
@@ -377,11 +376,11 @@ static int ensure(pg_store *s, int64_t end)
         char ct[24];
         const char *vals[4];
 
-        drop(s);
+        pg_drop(s);
         /* connect_timeout is in whole seconds; libpq takes 1 as 2. */
         snprintf(ct, sizeof(ct), "%llu",
-                 (unsigned long long)(s->timeout_ms + 999) / 1000 < 2
-                     ? 2ULL : (unsigned long long)(s->timeout_ms + 999) / 1000);
+                 (unsigned long long)(s->parent.timeout_ms + 999) / 1000 < 2
+                     ? 2ULL : (unsigned long long)(s->parent.timeout_ms + 999) / 1000);
         vals[0] = s->conninfo;
         vals[1] = strstr(s->conninfo, "connect_timeout=") ? NULL : ct;
         vals[2] = "lease";
@@ -400,10 +399,9 @@ static int ensure(pg_store *s, int64_t end)
             return rc;
         if (PQstatus(s->conn) != CONNECTION_OK) {
             rc = lease__seterr(LEASE_ESTORE, "cannot connect to postgres %s: %s",
-                               s->parent.url_redacted ? s->parent.url_redacted
-                                                      : "",
+                               s->parent.url_redacted,
                                pgmsg(s));
-            drop(s);
+            pg_drop(s);
             return rc;
         }
         pg_cloexec(s);
@@ -425,7 +423,7 @@ static int ensure(pg_store *s, int64_t end)
 
 static int64_t call_end(pg_store *s)
 {
-    return lease_clock_ns() + (int64_t)(s->timeout_ms + ANSWER_GRACE_MS) * 1000000;
+    return lease_clock_ns() + (int64_t)(s->parent.timeout_ms + ANSWER_GRACE_MS) * 1000000;
 }
 
 /*
@@ -444,11 +442,11 @@ static int exec_prepared(PGresult **out, pg_store *s, int which,
     int rc;
 
     *out = NULL;
-    if ((rc = ensure(s, end)) < 0)
+    if ((rc = pg_ensure(s, end)) < 0)
         return rc;
     snprintf(name, sizeof(name), "lease_%d", which);
     if (!PQsendQueryPrepared(s->conn, name, params[which].n, vals, lens, fmts, 0))
-        return fail(s, what);
+        return pg_fail(s, what);
     if ((res = await(s, what, end)) == NULL)
         return LEASE_ESTORE;
     if (PQresultStatus(res) != PGRES_TUPLES_OK &&
@@ -459,7 +457,7 @@ static int exec_prepared(PGresult **out, pg_store *s, int which,
                            state ? state : "");
         PQclear(res);
         if (PQstatus(s->conn) != CONNECTION_OK)
-            drop(s);
+            pg_drop(s);
         return rc;
     }
     *out = res;
@@ -570,9 +568,9 @@ static int quote_table(char **out, PGconn *conn, const char *name)
     return *out ? 0 : lease__seterr(LEASE_ENOMEM, "out of memory");
 }
 
-static char *fmt(const char *f, ...) __attribute__((format(printf, 1, 2)));
+static char *pg_fmt(const char *f, ...) __attribute__((format(printf, 1, 2)));
 
-static char *fmt(const char *f, ...)
+static char *pg_fmt(const char *f, ...)
 {
     va_list ap;
     char *out = NULL;
@@ -624,7 +622,7 @@ static int build_sql(pg_store *s, int has_label, int has_ttl)
      * unexpired lease may acquire again (a retry whose answer was lost)
      * and keeps its token, with a new expiry. With a history it reads
      * its row from `o` first (see below), hence SELECT instead of VALUES. */
-    upsert = fmt(
+    upsert = pg_fmt(
         "INSERT INTO %s AS l (resource_key, owner_id, lease_until, fencing_token%s%s%s) "
         "%s$1, $2::uuid, clock_timestamp() + $3::interval, 1%s%s%s%s "
         "ON CONFLICT (resource_key) DO UPDATE "
@@ -673,7 +671,7 @@ static int build_sql(pg_store *s, int has_label, int has_ttl)
      * h, e and p touch disjoint rows, as one statement must.
      */
     if (H && upsert) {
-        s->sql[ST_ACQUIRE] = fmt(
+        s->sql[ST_ACQUIRE] = pg_fmt(
             "WITH o AS MATERIALIZED (SELECT fencing_token AS token, "
             "lease_until AS until, owner_id AS owner FROM %s "
             "WHERE resource_key = $1 FOR UPDATE), "
@@ -704,11 +702,11 @@ static int build_sql(pg_store *s, int has_label, int has_ttl)
     } else {
         s->sql[ST_ACQUIRE] = upsert;
     }
-    s->sql[ST_HOLDER] = fmt(
+    s->sql[ST_HOLDER] = pg_fmt(
         "SELECT l.owner_id::text, %s, l.fencing_token, " REMAINING("l") ", %s "
         "FROM %s l WHERE l.resource_key = $1 AND " ALIVE("l"),
         label, ttl, L);
-    s->sql[ST_RENEW] = fmt(
+    s->sql[ST_RENEW] = pg_fmt(
         "UPDATE %s AS l SET lease_until = clock_timestamp() + $4::interval%s "
         "WHERE l.resource_key = $1 AND l.owner_id = $2::uuid "
         "AND l.fencing_token = $3 AND l.lease_until > clock_timestamp() "
@@ -720,7 +718,7 @@ static int build_sql(pg_store *s, int has_label, int has_ttl)
      * release that happened does (FROM r). The chapter's release accepts
      * the owner of an expired lease nobody took since; if its renew was
      * refused first, the grant stays lost: its authority had ended. */
-    s->sql[ST_RELEASE] = fmt(
+    s->sql[ST_RELEASE] = pg_fmt(
         "WITH r AS (UPDATE %s SET owner_id = NULL, "
         "lease_until = '-infinity'::timestamptz%s%s "
         "WHERE resource_key = $1 AND owner_id = $2::uuid AND fencing_token = $3 "
@@ -733,31 +731,31 @@ static int build_sql(pg_store *s, int has_label, int has_ttl)
             "WHERE h.resource_key = $1 AND h.fencing_token = $3 "
             "AND h.owner_id = $2::uuid "
             "AND (h.ended IS NULL OR h.ended = 'expired'))" : "");
-    s->sql[ST_INSPECT] = fmt(
+    s->sql[ST_INSPECT] = pg_fmt(
         "SELECT l.resource_key, l.owner_id::text, %s, l.fencing_token, "
         REMAINING("l") ", %s, " ALIVE("l") " "
         "FROM %s l WHERE l.resource_key = $1",
         label, ttl, L);
     /* Prefixes compare bytes (no LIKE: keys may hold '%%' and '_'). */
-    s->sql[ST_LIST] = fmt(
+    s->sql[ST_LIST] = pg_fmt(
         "SELECT l.resource_key, l.owner_id::text, %s, l.fencing_token, "
         REMAINING("l") ", %s, " ALIVE("l") " "
         "FROM %s l WHERE substring(convert_to(l.resource_key, 'UTF8') FROM 1 "
         "FOR length($1::bytea)) = $1::bytea "
         "OR left(l.resource_key, 1) = chr(65535)",
         label, ttl, L);
-    s->sql[ST_FENCE_RAISE] = fmt(
+    s->sql[ST_FENCE_RAISE] = pg_fmt(
         "INSERT INTO %s AS f (resource, mark) VALUES ($1, $2) "
         "ON CONFLICT (resource) DO UPDATE SET mark = EXCLUDED.mark "
         "WHERE f.mark <= EXCLUDED.mark RETURNING f.mark",
         F);
-    s->sql[ST_FENCE_MARK] = fmt("SELECT mark FROM %s WHERE resource = $1", F);
+    s->sql[ST_FENCE_MARK] = pg_fmt("SELECT mark FROM %s WHERE resource = $1", F);
     /* The chapter's guarded-transaction check: exactly one row, locked. */
-    s->sql[ST_CHECK_HOLDER] = fmt(
+    s->sql[ST_CHECK_HOLDER] = pg_fmt(
         "SELECT 1 FROM %s WHERE resource_key = $1 AND owner_id = $2::uuid "
         "AND fencing_token = $3 AND lease_until > clock_timestamp() FOR UPDATE",
         L);
-    s->sql[ST_DATA_PUT] = fmt(
+    s->sql[ST_DATA_PUT] = pg_fmt(
         "WITH holder AS (SELECT 1 FROM %s WHERE resource_key = $1 "
         "AND owner_id = $2::uuid AND fencing_token = $3 "
         "AND lease_until > clock_timestamp() FOR UPDATE) "
@@ -767,7 +765,7 @@ static int build_sql(pg_store *s, int has_label, int has_ttl)
         "token = EXCLUDED.token, resource_key = EXCLUDED.resource_key "
         "RETURNING 1",
         L, D);
-    s->sql[ST_DATA_GET] = fmt("SELECT value, token FROM %s WHERE name = $1", D);
+    s->sql[ST_DATA_GET] = pg_fmt("SELECT value, token FROM %s WHERE name = $1", D);
     if (H) {
         /*
          * Newest first. An entry still unended whose grant the lease row
@@ -776,7 +774,7 @@ static int build_sql(pg_store *s, int has_label, int has_ttl)
          * keeps no history (owner_id NULL), time unknown. Any other
          * unended entry stays held, for the core to check with inspect.
          */
-        s->sql[ST_HISTORY] = fmt(
+        s->sql[ST_HISTORY] = pg_fmt(
             "SELECT h.fencing_token, h.owner_id::text, h.holder_label, "
             "h.lease_ttl_ms, " EPOCH_MS("h.acquired_at") ", "
             "CASE WHEN h.ended IS NOT NULL THEN h.ended "
@@ -795,7 +793,7 @@ static int build_sql(pg_store *s, int has_label, int has_ttl)
          * expired: a time already recorded (a successor found it expired),
          * else the lease row's, while the row still has this grant, else
          * (the row was released by raw SQL, say) now. */
-        s->sql[ST_HISTORY_LOST] = fmt(
+        s->sql[ST_HISTORY_LOST] = pg_fmt(
             "UPDATE %s AS h SET ended = 'lost', "
             "ended_at = coalesce(h.ended_at, (SELECT l.lease_until FROM %s l "
             "WHERE l.resource_key = $1 AND l.fencing_token = $3 "
@@ -826,7 +824,7 @@ static int setup_schema(pg_store *s, int *has_label, int *has_ttl, int64_t end)
 
     snprintf(lock, sizeof(lock), "SELECT pg_advisory_xact_lock(%lld)",
              (long long)lease_advisory_key("lease schema"));
-    ddl = fmt("CREATE TABLE IF NOT EXISTS %s ("
+    ddl = pg_fmt("CREATE TABLE IF NOT EXISTS %s ("
               " resource_key text PRIMARY KEY,"
               " owner_id uuid,"
               " lease_until timestamptz NOT NULL DEFAULT '-infinity'::timestamptz,"
@@ -850,7 +848,7 @@ static int setup_schema(pg_store *s, int *has_label, int *has_ttl, int64_t end)
     v3[0] = s->lease_table;
     v3[1] = s->fence_table;
     v3[2] = s->data_table;
-    if ((rc = run(&res, state, s,
+    if ((rc = pg_run(&res, state, s,
                   "SELECT to_regclass($1) IS NOT NULL AND "
                   "to_regclass($2) IS NOT NULL AND to_regclass($3) IS NOT NULL",
                   3, v3, "look for tables", end)) < 0) {
@@ -859,19 +857,19 @@ static int setup_schema(pg_store *s, int *has_label, int *has_ttl, int64_t end)
     }
     exists = PQntuples(res) == 1 && PQgetvalue(res, 0, 0)[0] == 't';
     PQclear(res);
-    if (!exists && ((rc = command(s, "BEGIN", "create schema", end)) < 0 ||
-        (rc = command(s, lock, "create schema", end)) < 0 ||
-        (rc = command(s, ddl, "create schema", end)) < 0 ||
-        (rc = command(s, "COMMIT", "create schema", end)) < 0)) {
+    if (!exists && ((rc = pg_command(s, "BEGIN", "create schema", end)) < 0 ||
+        (rc = pg_command(s, lock, "create schema", end)) < 0 ||
+        (rc = pg_command(s, ddl, "create schema", end)) < 0 ||
+        (rc = pg_command(s, "COMMIT", "create schema", end)) < 0)) {
         free(ddl);
         if (s->conn)
-            command(s, "ROLLBACK", "rollback", end);
+            pg_command(s, "ROLLBACK", "rollback", end);
         return rc;
     }
     free(ddl);
 
     v[0] = s->lease_table;
-    if ((rc = run(&res, state, s,
+    if ((rc = pg_run(&res, state, s,
                   "SELECT coalesce(bool_or(attname = 'holder_label'), false) "
                   "AND coalesce(bool_or(attname = 'holder_token'), false), "
                   "coalesce(bool_or(attname = 'lease_ttl_ms'), false) "
@@ -896,7 +894,7 @@ static int no_history(pg_store *s, const char *why)
     size_t n;
 
     free(s->history_why);
-    s->history_why = fmt("%s", why);
+    s->history_why = pg_fmt("%s", why);
     if (s->history_why == NULL)
         return lease__seterr(LEASE_ENOMEM, "out of memory");
     /* libpq's messages end with a newline; keep it on one line. */
@@ -940,7 +938,7 @@ static int setup_history(pg_store *s, int64_t end)
     PGresult *res;
     int rc, exists, i;
 
-    if ((rc = run(&res, state, s, "SELECT to_regclass($1) IS NOT NULL", 1, v,
+    if ((rc = pg_run(&res, state, s, "SELECT to_regclass($1) IS NOT NULL", 1, v,
                   "look for the history table", end)) < 0) {
         if (!history_refused(s, state))
             return rc;
@@ -953,7 +951,7 @@ static int setup_history(pg_store *s, int64_t end)
     if (!exists) {
         snprintf(lock, sizeof(lock), "SELECT pg_advisory_xact_lock(%lld)",
                  (long long)lease_advisory_key("lease schema"));
-        ddl = fmt("CREATE TABLE IF NOT EXISTS %s ("
+        ddl = pg_fmt("CREATE TABLE IF NOT EXISTS %s ("
                   " resource_key text NOT NULL,"
                   " fencing_token bigint NOT NULL,"
                   " owner_id uuid NOT NULL,"
@@ -970,7 +968,7 @@ static int setup_history(pg_store *s, int64_t end)
             const char *steps[4] = { "BEGIN", lock, ddl, "COMMIT" };
 
             for (i = 0, rc = 0; i < 4 && rc == 0; i++) {
-                if ((rc = run(&res, state, s, steps[i], 0, NULL,
+                if ((rc = pg_run(&res, state, s, steps[i], 0, NULL,
                               "create history table", end)) < 0)
                     break;
                 /* A COMMIT of a failed transaction answers ROLLBACK. */
@@ -987,7 +985,7 @@ static int setup_history(pg_store *s, int64_t end)
 
             lease__strlcpy(err, lease_errmsg(), sizeof(err));
             if (s->conn && PQtransactionStatus(s->conn) != PQTRANS_IDLE)
-                command(s, "ROLLBACK", "rollback", end);
+                pg_command(s, "ROLLBACK", "rollback", end);
             if (!refused)
                 return lease__seterr(rc, "%s", err);
             snprintf(why, sizeof(why), "table %s is missing and could not be "
@@ -999,7 +997,7 @@ static int setup_history(pg_store *s, int64_t end)
     }
     /* Made by us or someone else: the columns and the key the statements
      * use, and the rights they need. */
-    if ((rc = run(&res, state, s,
+    if ((rc = pg_run(&res, state, s,
                   "SELECT (SELECT count(*) FROM pg_attribute "
                   "WHERE attrelid = $1::regclass AND attnum > 0 AND NOT attisdropped "
                   "AND attname IN ('resource_key', 'fencing_token', 'owner_id', "
@@ -1048,7 +1046,7 @@ static void pg_close(lease_store *base)
     pg_store *s = (pg_store *)base;
     int i;
 
-    drop(s);
+    pg_drop(s);
     if (s->conninfo) {
         memset(s->conninfo, 0, strlen(s->conninfo)); /* may hold a password */
         free(s->conninfo);
@@ -1060,7 +1058,6 @@ static void pg_close(lease_store *base)
     free(s->history_why);
     for (i = 0; i < ST_COUNT; i++)
         free(s->sql[i]);
-    free(s);
 }
 
 static int quote_history(pg_store *s, const char *name, int derived)
@@ -1236,27 +1233,18 @@ static int pg_setup(pg_store *s, const lease__url *u, const char *ht,
     return prepare_all(s, end);
 }
 
-static int pg_open(lease_store **out, const char *url, uint64_t timeout_ms)
+static int pg_open(lease_store *base, const char *url)
 {
     const char *ht = NULL;
     char derived[140];
     int64_t end;
     lease__url u;
-    pg_store *s;
+    pg_store *s = (pg_store *)base;
     int rc;
 
     if ((rc = lease__url_parse(&u, url)) < 0)
         return rc;
-    if ((s = calloc(1, sizeof(*s))) == NULL) {
-        lease__url_free(&u);
-        return lease__seterr(LEASE_ENOMEM, "out of memory");
-    }
-    /* Errors below name the URL; the core fills url_redacted only after
-     * open, so keep a redacted copy for now. */
-    s->parent.url_redacted = lease__url_redact(url);
-    s->timeout_ms = timeout_ms;
-    s->conninfo = strip_params(url);
-    if (s->conninfo == NULL || s->parent.url_redacted == NULL) {
+    if ((s->conninfo = strip_params(url)) == NULL) {
         rc = lease__seterr(LEASE_ENOMEM, "out of memory");
         goto fail;
     }
@@ -1266,18 +1254,13 @@ static int pg_open(lease_store **out, const char *url, uint64_t timeout_ms)
      * statements. The first connect prepares nothing: the statements are
      * built from the table names, which need the connection to be quoted. */
     end = call_end(s);
-    if ((rc = ensure(s, end)) < 0 ||
+    if ((rc = pg_ensure(s, end)) < 0 ||
         (rc = pg_setup(s, &u, ht, ht == derived, end)) < 0)
         goto fail;
     lease__url_free(&u);
-    free(s->parent.url_redacted);
-    s->parent.url_redacted = NULL;
-    *out = &s->parent;
     return 0;
 fail:
     lease__url_free(&u);
-    free(s->parent.url_redacted);
-    s->parent.url_redacted = NULL;
     pg_close(&s->parent);
     return rc;
 }
@@ -1306,7 +1289,7 @@ static int utf8_valid(const char *p)
     return *p == '\0';
 }
 
-static const char *enc(char out[ENC_SIZE], const char *name)
+static const char *pg_enc(char out[ENC_SIZE], const char *name)
 {
     static const char hex[] = "0123456789abcdef";
     size_t i, n = strlen(name);
@@ -1326,12 +1309,7 @@ static const char *enc(char out[ENC_SIZE], const char *name)
     return out;
 }
 
-static int hexval(char c)
-{
-    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
-}
-
-static void dec(char *out, size_t size, const char *stored)
+static void pg_dec(char *out, size_t size, const char *stored)
 {
     size_t n = 0;
 
@@ -1340,7 +1318,8 @@ static void dec(char *out, size_t size, const char *stored)
         return;
     }
     for (stored += ESC_LEN; stored[0] && stored[1] && n + 1 < size; stored += 2) {
-        int h = hexval(stored[0]), l = hexval(stored[1]);
+        int h = lease__hexval((unsigned char)stored[0]);
+        int l = lease__hexval((unsigned char)stored[1]);
         if (h < 0 || l < 0 || (h == 0 && l == 0))
             break;
         out[n++] = (char)(h * 16 + l);
@@ -1359,10 +1338,6 @@ static void u64_text(char *buf, size_t size, uint64_t v)
 {
     snprintf(buf, size, "%llu", (unsigned long long)v);
 }
-
-/* The longest time in ms the core can hold as nanoseconds (the greatest
- * ttl cap lease_store_set_ttl_max takes). */
-#define PG_MS_MAX ((uint64_t)INT64_MAX / 1000000)
 
 /* What the server answers is input too: the statement's columns, and as
  * many rows as it can give. */
@@ -1416,7 +1391,7 @@ static int pg_token(uint64_t *out, const PGresult *res, int row, int col,
 /* A name column, decoded back to the bytes it stands for. */
 static void val_text(char *dst, size_t size, const PGresult *res, int row, int col)
 {
-    dec(dst, size, PQgetisnull(res, row, col) ? "" : PQgetvalue(res, row, col));
+    pg_dec(dst, size, PQgetisnull(res, row, col) ? "" : PQgetvalue(res, row, col));
 }
 
 /* A held lease names its owner, a uuid as text. */
@@ -1430,7 +1405,7 @@ static int pg_owner(char *dst, size_t size, const PGresult *res, int row, int co
 }
 
 /* Columns: key, owner, label, token, remaining, ttl, alive. */
-static int row_info(lease_info *out, const PGresult *res, int row)
+static int pg_row_info(lease_info *out, const PGresult *res, int row)
 {
     const char *alive = PQgetvalue(res, row, 6);
     int rc;
@@ -1443,23 +1418,28 @@ static int row_info(lease_info *out, const PGresult *res, int row)
     val_text(out->key, sizeof(out->key), res, row, 0);
     out->held = alive[0] == 't';
     val_text(out->label, sizeof(out->label), res, row, 2);
-    if (!out->held) /* released or expired: a token (0 if never granted) */
+    if (!out->held) {
+        /* Released or expired: a token (0 if never granted). Release
+         * clears the owner, expiry leaves it: the owner tells them apart. */
+        if (!PQgetisnull(res, row, 1))
+            out->state = LEASE_STATE_EXPIRED;
         return pg_u64(&out->token, res, row, 3, 0, LEASE__TOKEN_MAX, 0,
                       "fencing token");
+    }
     if ((rc = pg_owner(out->owner, sizeof(out->owner), res, row, 1)) < 0 ||
         (rc = pg_token(&out->token, res, row, 3, "fencing token")) < 0 ||
-        (rc = pg_u64(&out->remaining_ms, res, row, 4, 0, PG_MS_MAX, 0,
+        (rc = pg_u64(&out->remaining_ms, res, row, 4, 0, LEASE__MS_MAX, 0,
                      "remaining time")) < 0)
         return rc;
-    return pg_u64(&out->ttl_ms, res, row, 5, 1, PG_MS_MAX, 1, "ttl");
+    return pg_u64(&out->ttl_ms, res, row, 5, 1, LEASE__MS_MAX, 1, "ttl");
 }
 
-static int unlisten(pg_store *s)
+static int pg_unlisten(pg_store *s)
 {
     int rc = 0;
 
     if (s->listening && s->conn) {
-        rc = command(s, "UNLISTEN " NOTIFY_CHANNEL, "unlisten", call_end(s));
+        rc = pg_command(s, "UNLISTEN " NOTIFY_CHANNEL, "unlisten", call_end(s));
         s->listening = 0;
     }
     return rc;
@@ -1475,9 +1455,9 @@ static int pg_holder(lease_info *holder, const PGresult *res)
     val_text(holder->label, sizeof(holder->label), res, 0, 1);
     if ((rc = pg_owner(holder->owner, sizeof(holder->owner), res, 0, 0)) < 0 ||
         (rc = pg_token(&holder->token, res, 0, 2, "holder's fencing token")) < 0 ||
-        (rc = pg_u64(&holder->remaining_ms, res, 0, 3, 0, PG_MS_MAX, 0,
+        (rc = pg_u64(&holder->remaining_ms, res, 0, 3, 0, LEASE__MS_MAX, 0,
                      "holder's remaining time")) < 0 ||
-        (rc = pg_u64(&holder->ttl_ms, res, 0, 4, 1, PG_MS_MAX, 1, "holder's ttl")) < 0)
+        (rc = pg_u64(&holder->ttl_ms, res, 0, 4, 1, LEASE__MS_MAX, 1, "holder's ttl")) < 0)
         return rc;
     holder->held = 1;
     return 0;
@@ -1494,10 +1474,10 @@ static int pg_acquire(lease_grant *out, lease_info *holder, lease_store *base,
 
     ttl_text(ttl, sizeof(ttl), req->ttl_ms);
     u64_text(ttl_ms, sizeof(ttl_ms), req->ttl_ms);
-    v[0] = enc(ek, req->key);
+    v[0] = pg_enc(ek, req->key);
     v[1] = req->owner;
     v[2] = ttl;
-    v[3] = enc(el, req->label);
+    v[3] = pg_enc(el, req->label);
     v[4] = ttl_ms;
     if ((rc = exec_prepared(&res, s, ST_ACQUIRE, v, NULL, NULL, "acquire")) < 0)
         return rc;
@@ -1513,7 +1493,7 @@ static int pg_acquire(lease_grant *out, lease_info *holder, lease_store *base,
             return rc;
         /* A waiter that got the lease stops listening: an idle listener
          * would pile notifications up on its socket. */
-        unlisten(s);
+        pg_unlisten(s);
         return 0;
     }
     PQclear(res);
@@ -1534,7 +1514,7 @@ static int pg_renew(uint64_t *granted_ms, lease_store *base, const char *key,
 {
     pg_store *s = (pg_store *)base;
     char tok[24], ttl[48], ms[24], ek[ENC_SIZE];
-    const char *v[5] = { enc(ek, key), owner, tok, ttl, ms };
+    const char *v[5] = { pg_enc(ek, key), owner, tok, ttl, ms };
     PGresult *res;
     int rc, n;
 
@@ -1559,7 +1539,7 @@ static int pg_release(lease_store *base, const char *key, const char *owner,
 {
     pg_store *s = (pg_store *)base;
     char tok[24], ek[ENC_SIZE];
-    const char *v[3] = { enc(ek, key), owner, tok };
+    const char *v[3] = { pg_enc(ek, key), owner, tok };
     PGresult *res;
     int rc, n;
 
@@ -1572,9 +1552,7 @@ static int pg_release(lease_store *base, const char *key, const char *owner,
     if (rc < 0)
         return rc;
     if (n != 1)
-        return lease__seterr(LEASE_ELOST,
-                             "release '%s': this owner does not hold token %llu",
-                             key, (unsigned long long)token);
+        return lease__not_holder("release", key, token, NULL);
     return 0;
 }
 
@@ -1582,7 +1560,7 @@ static int pg_inspect(lease_info *out, lease_store *base, const char *key)
 {
     pg_store *s = (pg_store *)base;
     char ek[ENC_SIZE];
-    const char *v[1] = { enc(ek, key) };
+    const char *v[1] = { pg_enc(ek, key) };
     PGresult *res;
     int rc;
 
@@ -1596,14 +1574,9 @@ static int pg_inspect(lease_info *out, lease_store *base, const char *key)
         PQclear(res);
         return lease__seterr(LEASE_ENOTFOUND, "'%s' was never acquired", key);
     }
-    rc = row_info(out, res, 0);
+    rc = pg_row_info(out, res, 0);
     PQclear(res);
     return rc;
-}
-
-static int cmp_info(const void *a, const void *b)
-{
-    return strcmp(((const lease_info *)a)->key, ((const lease_info *)b)->key);
 }
 
 static int pg_list(lease_store *base, const char *prefix, lease_list_cb cb,
@@ -1612,8 +1585,8 @@ static int pg_list(lease_store *base, const char *prefix, lease_list_cb cb,
     pg_store *s = (pg_store *)base;
     const char *v[1] = { prefix };
     int len[1] = { (int)strlen(prefix) }, fmt1[1] = { 1 };
-    size_t plen = strlen(prefix), kept = 0;
-    lease_info *infos;
+    size_t plen = strlen(prefix);
+    lease_info info;
     PGresult *res;
     int rc = 0, i, n;
 
@@ -1624,33 +1597,21 @@ static int pg_list(lease_store *base, const char *prefix, lease_list_cb cb,
         return rc;
     }
     n = PQntuples(res);
-    if ((infos = malloc(((size_t)n + 1) * sizeof(*infos))) == NULL) {
-        PQclear(res);
-        return lease__seterr(LEASE_ENOMEM, "out of memory");
-    }
     /* Escaped names all come back (they cannot be matched in SQL): keep
-     * those with the prefix, and sort by bytes as every store does. */
+     * those with the prefix. The core sorts them. */
     for (i = 0; i < n && rc == 0; i++) {
-        rc = row_info(&infos[kept], res, i);
-        if (rc == 0 && strncmp(infos[kept].key, prefix, plen) == 0)
-            kept++;
+        rc = pg_row_info(&info, res, i);
+        if (rc == 0 && strncmp(info.key, prefix, plen) == 0)
+            rc = cb(&info, payload);
     }
     PQclear(res);
-    if (rc < 0) {
-        free(infos);
-        return rc;
-    }
-    qsort(infos, kept, sizeof(*infos), cmp_info);
-    for (size_t k = 0; k < kept && rc == 0; k++)
-        rc = cb(&infos[k], payload);
-    free(infos);
     return rc;
 }
 
-static int read_mark(uint64_t *mark, pg_store *s, const char *resource)
+static int pg_read_mark(uint64_t *mark, pg_store *s, const char *resource)
 {
     char er[ENC_SIZE];
-    const char *v[1] = { enc(er, resource) };
+    const char *v[1] = { pg_enc(er, resource) };
     PGresult *res;
     int rc;
 
@@ -1671,7 +1632,7 @@ static int pg_fence_advance(uint64_t *mark, lease_store *base,
 {
     pg_store *s = (pg_store *)base;
     char tok[24], er[ENC_SIZE];
-    const char *v[2] = { enc(er, resource), tok };
+    const char *v[2] = { pg_enc(er, resource), tok };
     PGresult *res;
     int rc;
 
@@ -1691,13 +1652,13 @@ static int pg_fence_advance(uint64_t *mark, lease_store *base,
     PQclear(res);
     /* Refused by the upsert's WHERE: the mark is above the token. Marks
      * only grow, so what we read now is at least that mark. */
-    rc = read_mark(mark, s, resource);
+    rc = pg_read_mark(mark, s, resource);
     return rc < 0 ? rc : LEASE_ESTALE;
 }
 
 static int pg_fence_mark(uint64_t *mark, lease_store *base, const char *resource)
 {
-    return read_mark(mark, (pg_store *)base, resource);
+    return pg_read_mark(mark, (pg_store *)base, resource);
 }
 
 static int pg_guarded_put(lease_store *base, const char *key, const char *owner,
@@ -1706,13 +1667,12 @@ static int pg_guarded_put(lease_store *base, const char *key, const char *owner,
 {
     pg_store *s = (pg_store *)base;
     char tok[24], ek[ENC_SIZE], en[ENC_SIZE];
-    const char *v[5] = { enc(ek, key), owner, tok, enc(en, name), value };
+    const char *v[5] = { pg_enc(ek, key), owner, tok, pg_enc(en, name), value };
+    /* The core let through at most LEASE__VALUE_MAX bytes: an int. */
     int lens[5] = { 0, 0, 0, 0, (int)len }, fmts[5] = { 0, 0, 0, 0, 1 };
     PGresult *res;
     int rc, n;
 
-    if (len > 64u * 1024 * 1024)
-        return lease__seterr(LEASE_EINVALID, "value too large");
     u64_text(tok, sizeof(tok), token);
     if ((rc = exec_prepared(&res, s, ST_DATA_PUT, v, lens, fmts, "guarded put")) < 0)
         return rc;
@@ -1731,7 +1691,7 @@ static int pg_data_get(void **value, size_t *len, uint64_t *token,
 {
     pg_store *s = (pg_store *)base;
     char en[ENC_SIZE];
-    const char *v[1] = { enc(en, name) };
+    const char *v[1] = { pg_enc(en, name) };
     unsigned char *raw;
     uint64_t tok;
     size_t n;
@@ -1778,7 +1738,7 @@ static int no_history_err(pg_store *s)
 {
     return lease__seterr(LEASE_EUNSUPPORTED,
                          "postgres %s keeps no grant history: %s",
-                         s->parent.url_redacted ? s->parent.url_redacted : "",
+                         s->parent.url_redacted,
                          s->history_why);
 }
 
@@ -1791,7 +1751,7 @@ static int pg_history_row(lease_history_entry *e, const PGresult *res, int i)
     memset(e, 0, sizeof(*e));
     if ((rc = pg_token(&e->token, res, i, 0, "history's fencing token")) < 0 ||
         (rc = pg_owner(e->owner, sizeof(e->owner), res, i, 1)) < 0 ||
-        (rc = pg_u64(&e->ttl_ms, res, i, 3, 1, PG_MS_MAX, 0, "history's ttl")) < 0)
+        (rc = pg_u64(&e->ttl_ms, res, i, 3, 1, LEASE__MS_MAX, 0, "history's ttl")) < 0)
         return rc;
     val_text(e->label, sizeof(e->label), res, i, 2);
     e->acquired_ms = val_i64(res, i, 4);
@@ -1813,7 +1773,7 @@ static int pg_history(lease_history_entry *out, size_t *n, lease_store *base,
 {
     pg_store *s = (pg_store *)base;
     char lim[24], ek[ENC_SIZE];
-    const char *v[2] = { enc(ek, key), lim };
+    const char *v[2] = { pg_enc(ek, key), lim };
     PGresult *res;
     int rc, i, rows;
 
@@ -1840,7 +1800,7 @@ static int pg_history_lost(lease_store *base, const char *key, const char *owner
 {
     pg_store *s = (pg_store *)base;
     char tok[24], ek[ENC_SIZE];
-    const char *v[3] = { enc(ek, key), owner, tok };
+    const char *v[3] = { pg_enc(ek, key), owner, tok };
     PGresult *res;
     int rc;
 
@@ -1863,16 +1823,16 @@ static int finish_txn(pg_store *s, int cbrc, int64_t end)
     int rc;
 
     if (cbrc != 0) {
-        command(s, "ROLLBACK", "rollback", end);
+        pg_command(s, "ROLLBACK", "rollback", end);
         return cbrc;
     }
     if (PQtransactionStatus(s->conn) != PQTRANS_INTRANS) {
-        command(s, "ROLLBACK", "rollback", end);
+        pg_command(s, "ROLLBACK", "rollback", end);
         return lease__seterr(LEASE_ESTORE,
                              "the transaction failed inside the callback; "
                              "nothing was committed");
     }
-    if ((rc = run(&res, state, s, "COMMIT", 0, NULL, "commit", end)) < 0)
+    if ((rc = pg_run(&res, state, s, "COMMIT", 0, NULL, "commit", end)) < 0)
         return rc;
     /* A COMMIT of a failed transaction answers ROLLBACK: not a success. */
     if (strcmp(PQcmdStatus(res), "COMMIT") != 0)
@@ -1889,25 +1849,25 @@ static int pg_guarded_txn(lease_store *base, const char *key, const char *owner,
     pg_store *s = (pg_store *)base;
     int64_t end = call_end(s);
     char tok[24], ek[ENC_SIZE];
-    const char *v[3] = { enc(ek, key), owner, tok };
+    const char *v[3] = { pg_enc(ek, key), owner, tok };
     PGresult *res;
     int rc, n;
 
     u64_text(tok, sizeof(tok), token);
-    if ((rc = ensure(s, end)) < 0 || (rc = command(s, "BEGIN", "begin", end)) < 0)
+    if ((rc = pg_ensure(s, end)) < 0 || (rc = pg_command(s, "BEGIN", "begin", end)) < 0)
         return rc;
     /* The chapter's pattern: lock and validate the lease row, exactly one
      * row, under the bounded lock_timeout and statement_timeout. */
     if ((rc = exec_prepared(&res, s, ST_CHECK_HOLDER, v, NULL, NULL,
                             "guarded transaction")) < 0) {
         if (s->conn)
-            command(s, "ROLLBACK", "rollback", end);
+            pg_command(s, "ROLLBACK", "rollback", end);
         return rc;
     }
     n = PQntuples(res);
     PQclear(res);
     if (n != 1) {
-        command(s, "ROLLBACK", "rollback", end);
+        pg_command(s, "ROLLBACK", "rollback", end);
         return lease__not_holder(NULL, key, token, "; nothing was run");
     }
     return finish_txn(s, cb(s->conn, payload), end);
@@ -1924,9 +1884,9 @@ static int pg_advisory_txn(lease_store *base, int64_t lock_key, int try_only,
     int rc;
 
     snprintf(k, sizeof(k), "%lld", (long long)lock_key);
-    if ((rc = ensure(s, end)) < 0 || (rc = command(s, "BEGIN", "begin", end)) < 0)
+    if ((rc = pg_ensure(s, end)) < 0 || (rc = pg_command(s, "BEGIN", "begin", end)) < 0)
         return rc;
-    if ((rc = run(&res, state, s,
+    if ((rc = pg_run(&res, state, s,
                   try_only ? "SELECT pg_try_advisory_xact_lock($1::bigint)"
                            : "SELECT pg_advisory_xact_lock($1::bigint), true",
                   1, v, "advisory lock", end)) < 0) {
@@ -1935,14 +1895,14 @@ static int pg_advisory_txn(lease_store *base, int64_t lock_key, int try_only,
         if (strcmp(state, "55P03") == 0 || strcmp(state, "57014") == 0)
             rc = lease__seterr(LEASE_ETIMEOUT, "advisory lock %lld: not granted "
                                "within %llu ms", (long long)lock_key,
-                               (unsigned long long)s->timeout_ms);
+                               (unsigned long long)s->parent.timeout_ms);
         if (s->conn)
-            command(s, "ROLLBACK", "rollback", end);
+            pg_command(s, "ROLLBACK", "rollback", end);
         return rc;
     }
     if (PQgetvalue(res, 0, try_only ? 0 : 1)[0] != 't') {
         PQclear(res);
-        command(s, "ROLLBACK", "rollback", end);
+        pg_command(s, "ROLLBACK", "rollback", end);
         return lease__seterr(LEASE_EBUSY, "advisory lock %lld is held by "
                              "another transaction", (long long)lock_key);
     }
@@ -1955,13 +1915,13 @@ static int pg_wait_release(lease_store *base, const char *key, uint64_t timeout_
     pg_store *s = (pg_store *)base;
     int64_t end = lease_clock_ns() + (int64_t)timeout_ms * 1000000;
     char ek[ENC_SIZE];
-    const char *stored = enc(ek, key); /* notifications carry this form */
+    const char *stored = pg_enc(ek, key); /* notifications carry this form */
     int rc;
 
-    if ((rc = ensure(s, call_end(s))) < 0)
+    if ((rc = pg_ensure(s, call_end(s))) < 0)
         return rc;
     if (!s->listening) {
-        if ((rc = command(s, "LISTEN " NOTIFY_CHANNEL, "listen", call_end(s))) < 0)
+        if ((rc = pg_command(s, "LISTEN " NOTIFY_CHANNEL, "listen", call_end(s))) < 0)
             return rc;
         s->listening = 1;
     }
@@ -1972,18 +1932,18 @@ static int pg_wait_release(lease_store *base, const char *key, uint64_t timeout_
         struct pollfd p;
 
         if (!PQconsumeInput(s->conn))
-            return fail(s, "wait for release");
+            return pg_fail(s, "wait for release");
         while ((n = PQnotifies(s->conn)) != NULL) {
             int match = strcmp(n->extra, stored) == 0;
             PQfreemem(n);
             if (match)
-                return unlisten(s);
+                return pg_unlisten(s);
         }
         left = (end - lease_clock_ns()) / 1000000;
         if (left <= 0) {
             /* Stop listening between waits: an idle listener would pile up
              * every release in the database on this connection. */
-            if ((rc = unlisten(s)) < 0)
+            if ((rc = pg_unlisten(s)) < 0)
                 return rc;
             return LEASE_ETIMEOUT;
         }
@@ -1991,20 +1951,21 @@ static int pg_wait_release(lease_store *base, const char *key, uint64_t timeout_
         p.events = POLLIN;
         p.revents = 0;
         if (poll(&p, 1, (int)left) < 0 && errno != EINTR)
-            return fail(s, "wait for release");
+            return pg_fail(s, "wait for release");
     }
 }
 
+/* The new timeout is in parent.timeout_ms already; the server's own
+ * statement and lock timeouts follow it. */
 static int pg_set_timeout(lease_store *base, uint64_t timeout_ms)
 {
     pg_store *s = (pg_store *)base;
 
-    s->timeout_ms = timeout_ms;
+    (void)timeout_ms;
     if (s->conn && PQstatus(s->conn) == CONNECTION_OK)
         return set_server_timeouts(s, call_end(s));
     return 0;
 }
-
 
 /* For lease --version: libpq as linked at run time. PQlibVersion() is
  * major * 10000 + minor since libpq 10. */
@@ -2020,7 +1981,8 @@ const lease_backend lease__pg_backend = {
     .name = "postgres",
     .schemes = lease__pg_schemes,
     .features = LEASE_FEATURE_TXN | LEASE_FEATURE_NOTIFY | LEASE_FEATURE_ADVISORY,
-    .open = pg_open,
+    .store_size = sizeof(pg_store),
+    .open3 = pg_open,
     .close = pg_close,
     .acquire = pg_acquire,
     .renew = pg_renew,

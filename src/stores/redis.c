@@ -66,7 +66,7 @@
 #include <unistd.h>
 #include <hiredis/hiredis.h>
 
-#include "lease_int.h"
+#include "store_int.h"
 
 enum {
     SC_ACQUIRE,
@@ -192,13 +192,22 @@ static const char *const scripts[SC_COUNT] = {
         "  return 1 "
         "end "
         "return 0",
-    /* KEYS: lease, counter. */
+    /* KEYS: lease, counter, history. The hash leaves no trace when it
+     * expires nor when it is released: for a key without one, the last
+     * grant's history entry says whether it was released. */
     [SC_INSPECT] =
+        LUA_HIST
         "local c = redis.call('GET', KEYS[2]) "
         "if not c then return {0} end "
         "local h = redis.call('HMGET', KEYS[1], 'owner', 'label', 'token', 'ttl_ms') "
+        "local ended = '' "
+        "if not h[1] then "
+        "  local e = head(KEYS[3]) "
+        "  ended = (e and e.token == c and e.ended == 'released') and 'released' "
+        "          or 'expired' "
+        "end "
         "return {1, c, h[1] or '', h[2] or '', h[3] or '', "
-        "        tostring(redis.call('PTTL', KEYS[1])), h[4] or ''}",
+        "        tostring(redis.call('PTTL', KEYS[1])), h[4] or '', ended}",
     /* KEYS: mark. ARGV: token. Equality is accepted. */
     [SC_FENCE] =
         LUA_GE
@@ -273,7 +282,6 @@ typedef struct {
     int wait_replicas;
     uint64_t wait_timeout_ms;
     char sha[SC_COUNT][41];
-    uint64_t timeout_ms;
     int64_t deadline_ns;    /* of the call in progress (lease_clock_ns) */
 } redis_store;
 
@@ -297,7 +305,7 @@ static int redis_odd(const char *what, const char *detail)
  */
 static void redis_begin(redis_store *s)
 {
-    s->deadline_ns = lease_clock_ns() + (int64_t)s->timeout_ms * 1000000;
+    s->deadline_ns = lease_clock_ns() + (int64_t)s->parent.timeout_ms * 1000000;
 }
 
 static int64_t redis_left_ms(const redis_store *s)
@@ -316,14 +324,14 @@ static struct timeval tv_ms(uint64_t ms)
     return tv;
 }
 
-static void drop(redis_store *s)
+static void redis_drop(redis_store *s)
 {
     if (s->ctx)
         redisFree(s->ctx);
     s->ctx = NULL;
 }
 
-static void drop_sub(redis_store *s)
+static void redis_drop_sub(redis_store *s)
 {
     if (s->sub)
         redisFree(s->sub);
@@ -358,16 +366,16 @@ static const char *redis_server_text(char *buf, size_t size,
 static void redis_forget(redis_store *s, redisContext *c)
 {
     if (c != NULL && c == s->ctx)
-        drop(s);
+        redis_drop(s);
     else if (c != NULL && c == s->sub)
-        drop_sub(s);
+        redis_drop_sub(s);
 }
 
-static int fail_ctx(redis_store *s, redisContext *c, const char *what)
+static int redis_fail_ctx(redis_store *s, redisContext *c, const char *what)
 {
     char text[256];
     int rc = lease__seterr(LEASE_ESTORE, "redis %s on %s: %s", what,
-                           s->parent.url_redacted ? s->parent.url_redacted : "?",
+                           s->parent.url_redacted,
                            c && c->errstr[0]
                                ? redis_server_text(text, sizeof(text), s, c->errstr)
                                : "connection lost");
@@ -382,8 +390,8 @@ static int redis_timed_out(redis_store *s, redisContext *c, const char *what)
                            "redis %s on %s: no complete answer within the "
                            "%llu ms timeout: the outcome is uncertain",
                            what,
-                           s->parent.url_redacted ? s->parent.url_redacted : "?",
-                           (unsigned long long)s->timeout_ms);
+                           s->parent.url_redacted,
+                           (unsigned long long)s->parent.timeout_ms);
 
     redis_forget(s, c);
     return rc;
@@ -409,13 +417,13 @@ static int redis_poll(redis_store *s, redisContext *c, short events,
         if (n > 0)
             return 0; /* also on POLLERR/POLLHUP: the read or write says why */
         if (n < 0 && errno != EINTR)
-            return fail_ctx(s, c, what);
+            return redis_fail_ctx(s, c, what);
     }
 }
 
 /* Replies larger than this are refused: the largest a store call expects is
  * a guarded value (64 MiB) with its framing. */
-#define REDIS_REPLY_BYTES_MAX (65u * 1024 * 1024)
+#define REDIS_REPLY_BYTES_MAX (LEASE__VALUE_MAX + ((size_t)1 << 20))
 
 /* Arrays longer than this are refused: the longest a call expects is a
  * SCAN batch (COUNT 500) or a history (LEASE_HISTORY_KEEP entries). */
@@ -505,17 +513,17 @@ static int redis_roundtrip(redisReply **out, redis_store *s, redisContext *c,
         if ((rc = redis_poll(s, c, POLLOUT, what)) < 0)
             return rc;
         if (redis_write(c, &done) != REDIS_OK)
-            return fail_ctx(s, c, what);
+            return redis_fail_ctx(s, c, what);
     }
     for (;;) {
         if ((rc = redis_check_headers(s, c, what)) < 0)
             return rc;
         if (redisGetReplyFromReader(c, &reply) != REDIS_OK)
-            return fail_ctx(s, c, what);
+            return redis_fail_ctx(s, c, what);
         if (reply != NULL)
             break;
         if (c->reader->len > REDIS_REPLY_BYTES_MAX) {
-            rc = lease__seterr(LEASE_ESTORE, "redis %s: reply larger than %u bytes",
+            rc = lease__seterr(LEASE_ESTORE, "redis %s: reply larger than %zu bytes",
                                what, REDIS_REPLY_BYTES_MAX);
             redis_forget(s, c);
             return rc;
@@ -523,22 +531,22 @@ static int redis_roundtrip(redisReply **out, redis_store *s, redisContext *c,
         if ((rc = redis_poll(s, c, POLLIN, what)) < 0)
             return rc;
         if (redisBufferRead(c) != REDIS_OK)
-            return fail_ctx(s, c, what);
+            return redis_fail_ctx(s, c, what);
     }
     *out = reply;
     return 0;
 }
 
 /* Run a command with binary-safe arguments; *out must be freed. */
-static int call(redisReply **out, redis_store *s, redisContext *c, int argc,
-                const char **argv, const size_t *lens, const char *what)
+static int redis_call(redisReply **out, redis_store *s, redisContext *c, int argc,
+                      const char **argv, const size_t *lens, const char *what)
 {
     redisReply *r;
     int rc;
 
     *out = NULL;
     if (redisAppendCommandArgv(c, argc, argv, lens) != REDIS_OK)
-        return fail_ctx(s, c, what);
+        return redis_fail_ctx(s, c, what);
     if ((rc = redis_roundtrip(&r, s, c, what)) < 0)
         return rc;
     if (r->type == REDIS_REPLY_ERROR) {
@@ -553,11 +561,11 @@ static int call(redisReply **out, redis_store *s, redisContext *c, int argc,
     return 0;
 }
 
-static int simple(redis_store *s, redisContext *c, const char *what, int argc,
-                  const char **argv)
+static int redis_simple(redis_store *s, redisContext *c, const char *what, int argc,
+                        const char **argv)
 {
     redisReply *r;
-    int rc = call(&r, s, c, argc, argv, NULL, what);
+    int rc = redis_call(&r, s, c, argc, argv, NULL, what);
 
     freeReplyObject(r);
     return rc;
@@ -590,8 +598,8 @@ static int redis_auth(redis_store *s, redisContext *c)
     redisReply *r;
     int rc;
 
-    rc = s->user && *s->user ? call(&r, s, c, 3, a3, NULL, "AUTH")
-                             : call(&r, s, c, 2, a2, NULL, "AUTH");
+    rc = s->user && *s->user ? redis_call(&r, s, c, 3, a3, NULL, "AUTH")
+                             : redis_call(&r, s, c, 2, a2, NULL, "AUTH");
     /* The server's refusal: say only that authentication failed, its text
      * could repeat what it was sent. */
     if (rc < 0 && r != NULL)
@@ -639,7 +647,7 @@ static redisContext *connect_one(redis_store *s, int *rc)
     if (s->db) {
         const char *a[2] = { "SELECT", db };
         snprintf(db, sizeof(db), "%d", s->db);
-        if ((*rc = simple(s, c, "SELECT", 2, a)) < 0) {
+        if ((*rc = redis_simple(s, c, "SELECT", 2, a)) < 0) {
             redisFree(c);
             return NULL;
         }
@@ -656,7 +664,7 @@ static int load_scripts(redis_store *s)
         const char *a[3] = { "SCRIPT", "LOAD", scripts[i] };
         redisReply *r;
 
-        if ((rc = call(&r, s, s->ctx, 3, a, NULL, "script load")) < 0) {
+        if ((rc = redis_call(&r, s, s->ctx, 3, a, NULL, "script load")) < 0) {
             freeReplyObject(r);
             return rc;
         }
@@ -680,7 +688,7 @@ static void check_durability(redis_store *s)
     redisReply *r;
     size_t i;
 
-    if (durability_warned || call(&r, s, s->ctx, 3, a, NULL, "config get") < 0) {
+    if (durability_warned || redis_call(&r, s, s->ctx, 3, a, NULL, "config get") < 0) {
         if (!durability_warned)
             freeReplyObject(r);
         return;
@@ -708,7 +716,7 @@ static void check_durability(redis_store *s)
     freeReplyObject(r);
 }
 
-static int ensure(redis_store *s)
+static int redis_ensure(redis_store *s)
 {
     int rc;
 
@@ -717,7 +725,7 @@ static int ensure(redis_store *s)
     if ((s->ctx = connect_one(s, &rc)) == NULL)
         return rc;
     if ((rc = load_scripts(s)) < 0) {
-        drop(s);
+        redis_drop(s);
         return rc;
     }
     check_durability(s);
@@ -727,9 +735,9 @@ static int ensure(redis_store *s)
 }
 
 /* EVALSHA, reloading the scripts once if the server forgot them. */
-static int eval(redisReply **out, redis_store *s, int which, int nkeys,
-                const char **args, const size_t *lens, int nargs,
-                const char *what)
+static int redis_eval(redisReply **out, redis_store *s, int which, int nkeys,
+                      const char **args, const size_t *lens, int nargs,
+                      const char *what)
 {
     const char *argv[12];
     size_t lv[12];
@@ -741,7 +749,7 @@ static int eval(redisReply **out, redis_store *s, int which, int nkeys,
     for (attempt = 0; attempt < 2; attempt++) {
         redisReply *r;
 
-        if ((rc = ensure(s)) < 0)
+        if ((rc = redis_ensure(s)) < 0)
             return rc;
         argv[0] = "EVALSHA";
         lv[0] = 7;
@@ -753,7 +761,7 @@ static int eval(redisReply **out, redis_store *s, int which, int nkeys,
             argv[3 + i] = args[i];
             lv[3 + i] = lens ? lens[i] : strlen(args[i]);
         }
-        rc = call(&r, s, s->ctx, 3 + nargs, argv, lv, what);
+        rc = redis_call(&r, s, s->ctx, 3 + nargs, argv, lv, what);
         if (rc == 0) {
             *out = r;
             return 0;
@@ -786,11 +794,9 @@ static size_t key_of(char *out, size_t size, const redis_store *s,
 
 /* What the store answers is input too: every number and string is checked
  * before use, and a reply of another shape is LEASE_ESTORE naming what was
- * wrong, never a default value, EBUSY, ELOST or success. */
-#define REDIS_TTL_MAX_MS ((uint64_t)INT64_MAX / 1000000) /* ns fit int64 */
-
-/* A decimal string (or integer) reply within [min, max] into *out; -1 if
- * it is anything else (sign, blanks, overflow, another type). */
+ * wrong, never a default value, EBUSY, ELOST or success. Here: a decimal
+ * string (or integer) reply within [min, max] into *out; -1 if it is
+ * anything else (sign, blanks, overflow, another type). */
 static int redis_num(uint64_t *out, const redisReply *r, uint64_t min,
                      uint64_t max)
 {
@@ -875,7 +881,7 @@ static int redis_holder(lease_info *h, const char *what,
         return redis_odd(what, "the holder's label is not text of at most 255 bytes");
     if (redis_token(&h->token, f[2]) < 0)
         return redis_odd(what, "the holder's token is not 1 .. 2^63-1");
-    if (redis_num(&h->ttl_ms, f[4], 1, REDIS_TTL_MAX_MS) < 0)
+    if (redis_num(&h->ttl_ms, f[4], 1, LEASE__MS_MAX) < 0)
         return redis_odd(what, "the lease's ttl is out of range");
     /* Redis says -1 for a key without expiry: a lease that never ends. */
     if (redis_num(&pttl, f[3], 0, h->ttl_ms) < 0)
@@ -906,7 +912,7 @@ static int wait_for_replicas(redis_store *s)
 
     snprintf(n, sizeof(n), "%d", s->wait_replicas);
     snprintf(ms, sizeof(ms), "%llu", (unsigned long long)redis_wait_ms(s));
-    if ((rc = call(&r, s, s->ctx, 3, a, NULL, "wait")) < 0) {
+    if ((rc = redis_call(&r, s, s->ctx, 3, a, NULL, "wait")) < 0) {
         freeReplyObject(r);
         return rc;
     }
@@ -968,7 +974,7 @@ static int redis_acquire(lease_grant *out, lease_info *holder, lease_store *base
     args[4] = req->label;
     args[5] = ttl;
     args[6] = keep;
-    if ((rc = eval(&r, s, SC_ACQUIRE, 3, args, NULL, 7, "acquire")) < 0)
+    if ((rc = redis_eval(&r, s, SC_ACQUIRE, 3, args, NULL, 7, "acquire")) < 0)
         return rc;
     memset(holder, 0, sizeof(*holder));
     lease__strlcpy(holder->key, req->key, sizeof(holder->key));
@@ -977,7 +983,7 @@ static int redis_acquire(lease_grant *out, lease_info *holder, lease_store *base
     if (rc < 0)
         return rc;
     out->ttl_ms = req->ttl_ms;
-    drop_sub(s); /* stop listening once the wait is over */
+    redis_drop_sub(s); /* stop listening once the wait is over */
     if (s->wait_replicas > 0)
         return wait_for_replicas(s);
     return 0;
@@ -1006,7 +1012,7 @@ static int redis_renew(uint64_t *granted_ms, lease_store *base, const char *key,
     key_of(hk, sizeof(hk), s, "", key, ":history");
     snprintf(tok, sizeof(tok), "%llu", (unsigned long long)token);
     snprintf(ttl, sizeof(ttl), "%llu", (unsigned long long)ttl_ms);
-    if ((rc = eval(&r, s, SC_RENEW, 2, args, NULL, 5, "renew")) < 0)
+    if ((rc = redis_eval(&r, s, SC_RENEW, 2, args, NULL, 5, "renew")) < 0)
         return rc;
     rc = redis_outcome(r, "renew");
     freeReplyObject(r);
@@ -1032,22 +1038,21 @@ static int redis_release(lease_store *base, const char *key, const char *owner,
     key_of(hk, sizeof(hk), s, "", key, ":history");
     snprintf(tok, sizeof(tok), "%llu", (unsigned long long)token);
     snprintf(chan, sizeof(chan), "%sreleased", s->prefix);
-    if ((rc = eval(&r, s, SC_RELEASE, 2, args, NULL, 6, "release")) < 0)
+    if ((rc = redis_eval(&r, s, SC_RELEASE, 2, args, NULL, 6, "release")) < 0)
         return rc;
     rc = redis_outcome(r, "release");
     freeReplyObject(r);
     if (rc < 0)
         return rc;
     if (rc == 0)
-        return lease__seterr(LEASE_ELOST,
-                             "release '%s': this owner does not hold token %llu",
-                             key, (unsigned long long)token);
+        return lease__not_holder("release", key, token, NULL);
     return 0;
 }
 
 /* The inspect script's reply, for `key`: {0} for a key never acquired
- * (ENOTFOUND), else {1, counter, owner, label, token, pttl, ttl} with
- * empty strings for a free key. Frees r. */
+ * (ENOTFOUND), else {1, counter, owner, label, token, pttl, ttl, ended}
+ * with empty strings for a free key, and ended "released" or "expired"
+ * for a key without a lease ("" while one exists). Frees r. */
 static int inspect_reply(lease_info *out, redisReply *r, const char *key)
 {
     int found = r->type == REDIS_REPLY_ARRAY && r->elements >= 1
@@ -1059,27 +1064,30 @@ static int inspect_reply(lease_info *out, redisReply *r, const char *key)
     lease__strlcpy(out->key, key, sizeof(out->key));
     if (found == 0 && r->elements == 1)
         rc = lease__seterr(LEASE_ENOTFOUND, "'%s' was never acquired", key);
-    else if (found != 1 || redis_array(r, 7, 1) < 0)
-        rc = redis_odd("inspect", "not {0} nor {1, and six strings}");
+    else if (found != 1 || redis_array(r, 8, 1) < 0)
+        rc = redis_odd("inspect", "not {0} nor {1, and seven strings}");
     else if (redis_token(&out->token, f[1]) < 0)
         rc = redis_odd("inspect", "the token counter is not 1 .. 2^63-1");
     else if (f[2]->len > 0 && redis_holder(out, "inspect", f + 2) < 0)
         rc = LEASE_ESTORE;
     /* A free key reports its last token: the counter. */
+    else if (f[2]->len == 0 && strcmp(f[7]->str, "expired") == 0)
+        out->state = LEASE_STATE_EXPIRED;
     freeReplyObject(r);
     return rc;
 }
 
 static int inspect_one(lease_info *out, redis_store *s, const char *key)
 {
-    char lk[KEYBUF], ck[KEYBUF];
-    const char *args[2] = { lk, ck };
+    char lk[KEYBUF], ck[KEYBUF], hk[KEYBUF];
+    const char *args[3] = { lk, ck, hk };
     redisReply *r;
     int rc;
 
     key_of(lk, sizeof(lk), s, "", key, ":lease");
     key_of(ck, sizeof(ck), s, "", key, ":token");
-    if ((rc = eval(&r, s, SC_INSPECT, 2, args, NULL, 2, "inspect")) < 0)
+    key_of(hk, sizeof(hk), s, "", key, ":history");
+    if ((rc = redis_eval(&r, s, SC_INSPECT, 3, args, NULL, 3, "inspect")) < 0)
         return rc;
     return inspect_reply(out, r, key);
 }
@@ -1100,19 +1108,20 @@ static int redis_inspect(lease_info *out, lease_store *base, const char *key)
 static int inspect_many(lease_info *infos, size_t *got, redis_store *s,
                         char (*names)[LEASE_KEY_MAX + 1], size_t n)
 {
-    char lk[KEYBUF], ck[KEYBUF];
+    char lk[KEYBUF], ck[KEYBUF], hk[KEYBUF];
     size_t i, sent = 0;
     int rc = 0;
 
-    if ((rc = ensure(s)) < 0)
+    if ((rc = redis_ensure(s)) < 0)
         return rc;
     for (i = 0; i < n; i++) {
-        const char *argv[5] = { "EVALSHA", s->sha[SC_INSPECT], "2", lk, ck };
+        const char *argv[6] = { "EVALSHA", s->sha[SC_INSPECT], "3", lk, ck, hk };
 
         key_of(lk, sizeof(lk), s, "", names[i], ":lease");
         key_of(ck, sizeof(ck), s, "", names[i], ":token");
-        if (redisAppendCommandArgv(s->ctx, 5, argv, NULL) != REDIS_OK)
-            return fail_ctx(s, s->ctx, "list");
+        key_of(hk, sizeof(hk), s, "", names[i], ":history");
+        if (redisAppendCommandArgv(s->ctx, 6, argv, NULL) != REDIS_OK)
+            return redis_fail_ctx(s, s->ctx, "list");
         sent++;
     }
     /* Read every reply that was queued; a failure or a malformed answer
@@ -1130,7 +1139,7 @@ static int inspect_many(lease_info *infos, size_t *got, redis_store *s,
         if (rc == 0)
             (*got)++;
         else if (rc != LEASE_ENOTFOUND) {
-            drop(s);
+            redis_drop(s);
             return rc;
         }
         names[i][0] = '\0'; /* done */
@@ -1144,11 +1153,6 @@ static int inspect_many(lease_info *infos, size_t *got, redis_store *s,
             return rc;
     }
     return 0;
-}
-
-static int cmp_info(const void *a, const void *b)
-{
-    return strcmp(((const lease_info *)a)->key, ((const lease_info *)b)->key);
 }
 
 /* Escape glob characters so the prefix matches itself only. */
@@ -1224,7 +1228,7 @@ static int redis_list(lease_store *base, const char *prefix, lease_list_cb cb,
     int rc, rounds;
 
     redis_begin(s);
-    if ((rc = ensure(s)) < 0)
+    if ((rc = redis_ensure(s)) < 0)
         return rc;
     glob_escape(ep, sizeof(ep), s->prefix);
     glob_escape(ek, sizeof(ek), prefix);
@@ -1237,9 +1241,9 @@ static int redis_list(lease_store *base, const char *prefix, lease_list_cb cb,
         redisReply *r;
         size_t nb = 0;
 
-        if ((rc = ensure(s)) < 0)
+        if ((rc = redis_ensure(s)) < 0)
             goto out;
-        if ((rc = call(&r, s, s->ctx, 6, a, NULL, "list")) < 0) {
+        if ((rc = redis_call(&r, s, s->ctx, 6, a, NULL, "list")) < 0) {
             freeReplyObject(r);
             goto out;
         }
@@ -1266,8 +1270,7 @@ static int redis_list(lease_store *base, const char *prefix, lease_list_cb cb,
         if (strcmp(cursor, "0") == 0)
             break;
     }
-    if (n > 0)
-        qsort(infos, n, sizeof(*infos), cmp_info);
+    /* In SCAN's order: the core sorts. */
     for (i = 0; i < n && rc == 0; i++)
         rc = cb(&infos[i], payload);
 out:
@@ -1288,7 +1291,7 @@ static int redis_fence_advance(uint64_t *mark, lease_store *base,
     redis_begin(s);
     key_of(fk, sizeof(fk), s, "fence:", resource, "");
     snprintf(tok, sizeof(tok), "%llu", (unsigned long long)token);
-    if ((rc = eval(&r, s, SC_FENCE, 1, args, NULL, 2, "fence")) < 0)
+    if ((rc = redis_eval(&r, s, SC_FENCE, 1, args, NULL, 2, "fence")) < 0)
         return rc;
     ok = redis_array(r, 2, 2) == 0 ? redis_flag(r->element[0]) : -1;
     /* Accepted: the mark is the token; refused: a mark above it. */
@@ -1312,9 +1315,9 @@ static int redis_fence_mark(uint64_t *mark, lease_store *base,
 
     redis_begin(s);
     key_of(fk, sizeof(fk), s, "fence:", resource, "");
-    if ((rc = ensure(s)) < 0)
+    if ((rc = redis_ensure(s)) < 0)
         return rc;
-    if ((rc = call(&r, s, s->ctx, 2, a, NULL, "read mark")) < 0) {
+    if ((rc = redis_call(&r, s, s->ctx, 2, a, NULL, "read mark")) < 0) {
         freeReplyObject(r);
         return rc;
     }
@@ -1347,7 +1350,7 @@ static int redis_guarded_put(lease_store *base, const char *key,
     lens[2] = strlen(owner);
     lens[3] = strlen(tok);
     lens[4] = len;
-    if ((rc = eval(&r, s, SC_PUT, 2, args, lens, 5, "guarded put")) < 0)
+    if ((rc = redis_eval(&r, s, SC_PUT, 2, args, lens, 5, "guarded put")) < 0)
         return rc;
     rc = redis_outcome(r, "guarded put");
     freeReplyObject(r);
@@ -1393,9 +1396,9 @@ static int redis_data_get(void **value, size_t *len, uint64_t *token,
 
     redis_begin(s);
     key_of(dk, sizeof(dk), s, "data:", name, "");
-    if ((rc = ensure(s)) < 0)
+    if ((rc = redis_ensure(s)) < 0)
         return rc;
-    if ((rc = call(&r, s, s->ctx, 4, a, NULL, "read data")) < 0) {
+    if ((rc = redis_call(&r, s, s->ctx, 4, a, NULL, "read data")) < 0) {
         freeReplyObject(r);
         return rc;
     }
@@ -1423,7 +1426,7 @@ static int sub_read(redisReply **out, redis_store *s)
         if ((rc = redis_check_headers(s, c, "wait for release")) < 0)
             return rc;
         if (redisGetReplyFromReader(c, &reply) != REDIS_OK)
-            return fail_ctx(s, c, "wait for release");
+            return redis_fail_ctx(s, c, "wait for release");
         if (reply != NULL) {
             if (c->reader->pos == c->reader->len)
                 s->sub_dirty = 0;
@@ -1437,7 +1440,7 @@ static int sub_read(redisReply **out, redis_store *s)
         }
         if (c->reader->len > REDIS_REPLY_BYTES_MAX) {
             rc = redis_odd("wait for release", "message too large");
-            drop_sub(s);
+            redis_drop_sub(s);
             return rc;
         }
         p.fd = c->fd;
@@ -1445,9 +1448,9 @@ static int sub_read(redisReply **out, redis_store *s)
         p.revents = 0;
         n = poll(&p, 1, left > INT32_MAX ? INT32_MAX : (int)left);
         if (n < 0 && errno != EINTR)
-            return fail_ctx(s, c, "wait for release");
+            return redis_fail_ctx(s, c, "wait for release");
         if (n > 0 && redisBufferRead(c) != REDIS_OK)
-            return fail_ctx(s, c, "wait for release");
+            return redis_fail_ctx(s, c, "wait for release");
         if (n > 0)
             s->sub_dirty = 1;
     }
@@ -1471,8 +1474,8 @@ static int redis_wait_release(lease_store *base, const char *key,
         snprintf(chan, sizeof(chan), "%sreleased", s->prefix);
         if ((s->sub = connect_one(s, &rc)) == NULL)
             return rc;
-        if ((rc = simple(s, s->sub, "subscribe", 2, a)) < 0) {
-            drop_sub(s);
+        if ((rc = redis_simple(s, s->sub, "subscribe", 2, a)) < 0) {
+            redis_drop_sub(s);
             return rc;
         }
     }
@@ -1525,7 +1528,7 @@ static int history_entry(lease_history_entry *e, const redisReply *r)
     if (redis_str(e->owner, sizeof(e->owner), f[1]) < 0 ||
         redis_str(e->label, sizeof(e->label), f[2]) < 0)
         return redis_odd("history", "an entry's owner or label is too long");
-    if (redis_num(&e->ttl_ms, f[3], 0, REDIS_TTL_MAX_MS) < 0 ||
+    if (redis_num(&e->ttl_ms, f[3], 0, LEASE__MS_MAX) < 0 ||
         redis_num(&acquired, f[4], 0, INT64_MAX) < 0 ||
         redis_num(&ended, f[6], 0, INT64_MAX) < 0)
         return redis_odd("history", "an entry's ttl or times are out of range");
@@ -1550,7 +1553,7 @@ static int redis_history(lease_history_entry *out, size_t *n, lease_store *base,
     key_of(hk, sizeof(hk), s, "", key, ":history");
     key_of(lk, sizeof(lk), s, "", key, ":lease");
     snprintf(mx, sizeof(mx), "%zu", max);
-    if ((rc = eval(&r, s, SC_HISTORY, 2, args, NULL, 3, "history")) < 0)
+    if ((rc = redis_eval(&r, s, SC_HISTORY, 2, args, NULL, 3, "history")) < 0)
         return rc;
     /* Check the whole reply before handing anything out: a malformed one
      * is a store failure, never a short history. */
@@ -1578,7 +1581,7 @@ static int redis_history_lost(lease_store *base, const char *key,
     key_of(hk, sizeof(hk), s, "", key, ":history");
     key_of(lk, sizeof(lk), s, "", key, ":lease");
     snprintf(tok, sizeof(tok), "%llu", (unsigned long long)token);
-    if ((rc = eval(&r, s, SC_HISTORY_LOST, 2, args, NULL, 4, "history lost")) < 0)
+    if ((rc = redis_eval(&r, s, SC_HISTORY_LOST, 2, args, NULL, 4, "history lost")) < 0)
         return rc;
     /* 1 marked, 0 nothing to mark (pruned, released, another owner): both
      * are success. */
@@ -1587,23 +1590,14 @@ static int redis_history_lost(lease_store *base, const char *key,
     return rc;
 }
 
-static int redis_set_timeout(lease_store *base, uint64_t timeout_ms)
-{
-    redis_store *s = (redis_store *)base;
-
-    /* Read by each call's redis_begin. */
-    s->timeout_ms = timeout_ms;
-    return 0;
-}
-
 /* ---- open and close ------------------------------------------------------ */
 
 static void redis_close(lease_store *base)
 {
     redis_store *s = (redis_store *)base;
 
-    drop(s);
-    drop_sub(s);
+    redis_drop(s);
+    redis_drop_sub(s);
     free(s->user);
     if (s->password) {
         if (s->password_from_file)
@@ -1611,10 +1605,9 @@ static void redis_close(lease_store *base)
         memset(s->password, 0, strlen(s->password));
         free(s->password);
     }
-    free(s);
 }
 
-static int parse_url(redis_store *s, const lease__url *u)
+static int redis_parse_url(redis_store *s, const lease__url *u)
 {
     const char *colon, *v;
     char *end;
@@ -1686,39 +1679,25 @@ static int parse_url(redis_store *s, const lease__url *u)
     return 0;
 }
 
-static int redis_open(lease_store **out, const char *url, uint64_t timeout_ms)
+static int redis_open(lease_store *base, const char *url)
 {
+    redis_store *s = (redis_store *)base;
     lease__url u;
-    redis_store *s;
     int rc;
 
     if ((rc = lease__url_parse(&u, url)) < 0)
         return rc;
-    if ((s = calloc(1, sizeof(*s))) == NULL) {
-        lease__url_free(&u);
-        return lease__seterr(LEASE_ENOMEM, "out of memory");
-    }
-    rc = parse_url(s, &u);
+    rc = redis_parse_url(s, &u);
     lease__url_free(&u);
-    s->timeout_ms = timeout_ms;
     if (s->wait_timeout_ms == 0)
-        s->wait_timeout_ms = timeout_ms;
-    /* Messages during open name the URL: the core sets this field after
-     * open returns, so keep a redacted copy until then. */
-    s->parent.url_redacted = lease__url_redact(url);
+        s->wait_timeout_ms = s->parent.timeout_ms;
     redis_begin(s);
     if (rc == 0)
-        rc = ensure(s);
-    free(s->parent.url_redacted);
-    s->parent.url_redacted = NULL;
-    if (rc < 0) {
+        rc = redis_ensure(s);
+    if (rc < 0)
         redis_close(&s->parent);
-        return rc;
-    }
-    *out = &s->parent;
-    return 0;
+    return rc;
 }
-
 
 /* For lease --version. hiredis has no run-time version call; this is the
  * version of the headers the store was compiled with (its SONAME pins
@@ -1734,7 +1713,8 @@ const lease_backend lease__redis_backend = {
     .name = "redis",
     .schemes = lease__redis_schemes,
     .features = LEASE_FEATURE_NOTIFY,
-    .open = redis_open,
+    .store_size = sizeof(redis_store),
+    .open3 = redis_open,
     .close = redis_close,
     .acquire = redis_acquire,
     .renew = redis_renew,
@@ -1748,7 +1728,7 @@ const lease_backend lease__redis_backend = {
     .guarded_txn = NULL,
     .wait_release = redis_wait_release,
     .renew_many = NULL,
-    .set_timeout = redis_set_timeout,
+    .set_timeout = NULL, /* redis_begin reads parent.timeout_ms */
     .advisory_txn = NULL,
     .history = redis_history,
     .history_lost = redis_history_lost,

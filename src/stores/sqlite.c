@@ -49,7 +49,7 @@
 #include <sys/stat.h>
 #include <sqlite3.h>
 
-#include "lease_int.h"
+#include "store_int.h"
 
 /* SQLITE_OPEN_NOFOLLOW and SQLITE_CANTOPEN_SYMLINK came in SQLite 3.31. */
 #if SQLITE_VERSION_NUMBER < 3031000
@@ -227,7 +227,6 @@ typedef struct {
     sqlite3_stmt *st[ST_COUNT];
     char path[PATH_MAX];
     char boot_id[64];
-    uint64_t timeout_ms;
     int64_t call_deadline; /* lease_clock_ns() at which this call gives up */
 } sqlite_store;
 
@@ -236,7 +235,7 @@ typedef struct {
  * several times still ends within the handle's timeout. */
 static void sqlite_call_start(sqlite_store *s)
 {
-    s->call_deadline = lease_clock_ns() + (int64_t)s->timeout_ms * 1000000;
+    s->call_deadline = lease_clock_ns() + (int64_t)s->parent.timeout_ms * 1000000;
 }
 
 /* Called by SQLite while the lock is taken: wait 1-2 ms and try again,
@@ -260,7 +259,7 @@ static int sqlite_fail(sqlite_store *s, const char *what)
         return lease__seterr(LEASE_ESTORE,
                              "sqlite %s (%s): another process held the "
                              "database's lock for the whole timeout (%llu ms)",
-                             what, s->path, (unsigned long long)s->timeout_ms);
+                             what, s->path, (unsigned long long)s->parent.timeout_ms);
     return lease__seterr(LEASE_ESTORE, "sqlite %s (%s): %s", what, s->path,
                          sqlite3_errmsg(s->db));
 }
@@ -353,9 +352,6 @@ static int sqlite_rollback(sqlite_store *s, int rc)
     }
     return rc;
 }
-
-/* The greatest ttl any handle may grant (lease_store_set_ttl_max's cap). */
-#define SQLITE_TTL_MAX_MS ((int64_t)(INT64_MAX / 1000000))
 
 /* Where a malformed value was read, for the message. */
 typedef struct {
@@ -477,7 +473,7 @@ static int sqlite_row_times(lease_info *out, const sqlite_rowctx *r, sqlite3_stm
     int rc;
 
     if ((rc = sqlite_col_int(&expires, r, st, 4, "expires_ms", INT64_MIN, INT64_MAX)) < 0 ||
-        (rc = sqlite_col_int(&ttl, r, st, 5, "ttl_ms", 0, SQLITE_TTL_MAX_MS)) < 0)
+        (rc = sqlite_col_int(&ttl, r, st, 5, "ttl_ms", 0, (int64_t)LEASE__MS_MAX)) < 0)
         return rc;
     if (sqlite3_column_type(st, 6) != SQLITE_TEXT)
         return sqlite_bad_row(r, "boot_id is %s, not text",
@@ -613,7 +609,6 @@ static void sqlite_close(lease_store *base)
     for (i = 0; i < ST_COUNT; i++)
         sqlite3_finalize(s->st[i]);
     sqlite3_close(s->db);
-    free(s);
 }
 
 #define SQLITE_MEMORY_REFUSED \
@@ -815,23 +810,18 @@ static int sqlite_check_header(sqlite_store *s)
     return 0;
 }
 
-static int sqlite_open(lease_store **out, const char *url, uint64_t timeout_ms)
+static int sqlite_open(lease_store *base, const char *url)
 {
     char file[PATH_MAX];
     const char *sync = "FULL";
-    sqlite_store *s;
+    sqlite_store *s = (sqlite_store *)base;
     int rc;
 
-    if ((s = calloc(1, sizeof(*s))) == NULL)
-        return lease__seterr(LEASE_ENOMEM, "out of memory");
     if ((rc = sqlite_parse_url(s->path, &sync, url)) < 0 ||
         (rc = sqlite_resolve_path(file, s->path)) < 0 ||
-        (rc = sqlite_read_boot_id(s)) < 0 || (rc = sqlite_prepare_file(s->path, file)) < 0) {
-        free(s);
+        (rc = sqlite_read_boot_id(s)) < 0 || (rc = sqlite_prepare_file(s->path, file)) < 0)
         return rc;
-    }
     /* The whole open (its lock waits included) is one call. */
-    s->timeout_ms = timeout_ms;
     sqlite_call_start(s);
     if (sqlite3_open_v2(file, &s->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOFOLLOW |
                                           SQLITE_OPEN_NOMUTEX, NULL) != SQLITE_OK) {
@@ -848,15 +838,6 @@ static int sqlite_open(lease_store **out, const char *url, uint64_t timeout_ms)
         sqlite_close(&s->parent);
         return rc;
     }
-    *out = &s->parent;
-    return 0;
-}
-
-static int sqlite_set_timeout(lease_store *base, uint64_t timeout_ms)
-{
-    sqlite_store *s = (sqlite_store *)base;
-
-    s->timeout_ms = timeout_ms;
     return 0;
 }
 
@@ -1005,10 +986,7 @@ static int sqlite_release(lease_store *base, const char *key,
     if ((rc = sqlite_exec_st(s, ST_RELEASE, "release")) < 0)
         return sqlite_rollback(s, rc);
     if (sqlite3_changes(s->db) != 1)
-        return sqlite_rollback(s, lease__seterr(LEASE_ELOST,
-                                         "release '%s': this owner does not "
-                                         "hold token %llu",
-                                         key, (unsigned long long)token));
+        return sqlite_rollback(s, lease__not_holder("release", key, token, NULL));
     st = sqlite_stmt(s, ST_HIST_RELEASE);
     sqlite3_bind_text(st, 1, key, -1, SQLITE_STATIC);
     sqlite3_bind_int64(st, 2, (sqlite3_int64)token);
@@ -1032,7 +1010,7 @@ static int sqlite_row_history(lease_history_entry *e, sqlite_store *s,
     if ((rc = sqlite_col_token(&e->token, &r, st, 0, "token")) < 0 ||
         (rc = sqlite_col_owner(e->owner, &r, st, 1, 0)) < 0 ||
         (rc = sqlite_col_text(e->label, LEASE_LABEL_MAX, &r, st, 2, "label", 0)) < 0 ||
-        (rc = sqlite_col_int(&ttl, &r, st, 3, "ttl_ms", 0, SQLITE_TTL_MAX_MS)) < 0 ||
+        (rc = sqlite_col_int(&ttl, &r, st, 3, "ttl_ms", 0, (int64_t)LEASE__MS_MAX)) < 0 ||
         (rc = sqlite_col_int(&e->acquired_ms, &r, st, 4, "acquired_ms", 0, INT64_MAX)) < 0 ||
         (rc = sqlite_col_int(&ended, &r, st, 5, "ended", LEASE_ENDED_HELD,
                              LEASE_ENDED_LOST)) < 0 ||
@@ -1323,7 +1301,8 @@ const lease_backend lease__sqlite_backend = {
     .name = "sqlite",
     .schemes = lease__sqlite_schemes,
     .features = LEASE_FEATURE_TXN,
-    .open = sqlite_open,
+    .store_size = sizeof(sqlite_store),
+    .open3 = sqlite_open,
     .close = sqlite_close,
     .acquire = sqlite_acquire,
     .renew = sqlite_renew,
@@ -1337,7 +1316,7 @@ const lease_backend lease__sqlite_backend = {
     .guarded_txn = sqlite_guarded_txn,
     .wait_release = NULL,
     .renew_many = NULL,
-    .set_timeout = sqlite_set_timeout,
+    .set_timeout = NULL, /* each call reads parent.timeout_ms */
     .history = sqlite_history,
     .history_lost = sqlite_history_lost,
 };

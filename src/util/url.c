@@ -13,13 +13,14 @@
 
 #include "lease_int.h"
 
-static int hexval(int c)
+int lease__hexval(int c)
 {
     if (c >= '0' && c <= '9')
         return c - '0';
-    c = tolower(c);
     if (c >= 'a' && c <= 'f')
         return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
     return -1;
 }
 
@@ -37,8 +38,8 @@ static char *decode(const char *s, size_t n, int plus_is_space)
             int h, l;
             if (i + 2 >= n)
                 goto bad;
-            h = hexval((unsigned char)s[i + 1]);
-            l = hexval((unsigned char)s[i + 2]);
+            h = lease__hexval((unsigned char)s[i + 1]);
+            l = lease__hexval((unsigned char)s[i + 2]);
             if (h < 0 || l < 0 || (h == 0 && l == 0))
                 goto bad;
             *o++ = (char)(h * 16 + l);

@@ -157,7 +157,7 @@ expect_error 4 "... and its release: not the holder"
 assert_eq "$(ectl get "/lease/ended/006/jobs/y/$(printf '%020d' "$Y_TOKEN")" --print-value-only | head -1)" \
     lost "the refused renew marked the grant lost"
 call "$LEASE" --store "$URL" show jobs/y --json
-assert_eq "$(jget "$OUT" .state)" free "free after the revoke"
+assert_eq "$(jget "$OUT" .state)" expired "expired after the revoke (ended without a release)"
 assert_eq "$(jget "$OUT" .token)" "$Y_TOKEN" "its last token is kept"
 call "$LEASE" --store "$URL" acquire jobs/y --ttl 60s --json
 expect_rc 0 "acquire jobs/y again"

@@ -217,7 +217,7 @@ HIST_AFTER=$OUT
 
 # Held at the kill, never renewed: it runs out after the election (etcd's
 # new leader gives every lease its ttl again). Bounded wait.
-WAIT_TRIES=400 wait_for "$SHORT ran out" key_state_is "$SHORT" free "$SURV_URL"
+WAIT_TRIES=400 wait_for "$SHORT ran out" key_state_is "$SHORT" expired "$SURV_URL"
 history_of "$SURV_URL" "$SHORT"
 assert_eq "$(hsum)" "$S_TOKEN $S_OWNER expired short" "history of $SHORT: expired"
 assert_eq "$(jget "$OUT" '.[0] | del(.ended, .ended_at, .ended_ms) | tojson')" \
@@ -236,7 +236,7 @@ assert_eq "$(jget "$OUT" '.[1].ended_ms')" null "$SHORT: still no end time"
 
 # Held at the kill; its holder comes back after it ran out: refused, lost,
 # dated by the refused renew.
-WAIT_TRIES=400 wait_for "$LATE ran out" key_state_is "$LATE" free "$SURV_URL"
+WAIT_TRIES=400 wait_for "$LATE ran out" key_state_is "$LATE" expired "$SURV_URL"
 t_renew=$(wall_ms)
 call "$LEASE" --store "$SURV_URL" renew "$LATE" --owner "$L_OWNER" --token "$L_TOKEN"
 expect_error 4 "renew $LATE after it ran out"

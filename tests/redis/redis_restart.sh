@@ -316,12 +316,12 @@ call "$LEASE" --store "$S" acquire ends --ttl 300ms --label doomed --json
 expect_rc 0 "ends: acquire doomed"
 e2_tok=$(jget "$OUT" .token)
 e2_owner=$(jget "$OUT" .owner)
-WAIT_TRIES=100 wait_for "doomed ran out" key_state_is ends free "$S"
+WAIT_TRIES=100 wait_for "doomed ran out" key_state_is ends expired "$S"
 call "$LEASE" --store "$S" acquire ends --ttl 300ms --label late --json
 expect_rc 0 "ends: acquire late"
 e3_tok=$(jget "$OUT" .token)
 e3_owner=$(jget "$OUT" .owner)
-WAIT_TRIES=100 wait_for "late ran out" key_state_is ends free "$S"
+WAIT_TRIES=100 wait_for "late ran out" key_state_is ends expired "$S"
 call "$LEASE" --store "$S" renew ends --owner "$e3_owner" --token "$e3_tok"
 expect_error 4 "ends: renew by late after its expiry"
 call "$LEASE" --store "$S" acquire ends --ttl 60s --label "$LABEL_ODD" --json

@@ -32,15 +32,23 @@ extern "C" {
 
 /*
  * Version 1 holds every slot up to advisory_txn; version 2 appends the
- * grant history. A later version only appends slots; the core reads a slot
- * only when backend->version is at least the version that brought it.
+ * grant history; version 3 appends store_size and open3, so that the core
+ * allocates the connection and fills its shared part before the store's
+ * open runs. A later version only appends slots; the core reads a slot
+ * only when backend->version is at least the version that brought it, so
+ * a table written for an earlier version keeps working unchanged.
  */
-#define LEASE_BACKEND_VERSION 2
+#define LEASE_BACKEND_VERSION 3
 
-/* What a store can do beyond the required slots. */
+/*
+ * What a store can do beyond the required slots. lease_backend_register()
+ * refuses a table that names a feature without the slot that provides it
+ * (NOTIFY: wait_release, TXN: guarded_txn, RENEW_MANY: renew_many,
+ * ADVISORY: advisory_txn); ROUNDS_TTL has no slot.
+ */
 #define LEASE_FEATURE_NOTIFY 0x01u   /* wait_release wakes on a release */
 #define LEASE_FEATURE_TXN 0x02u      /* guarded_txn gives a native connection */
-#define LEASE_FEATURE_RENEW_MANY 0x04u
+#define LEASE_FEATURE_RENEW_MANY 0x04u /* renew_many (not used by the core yet) */
 #define LEASE_FEATURE_ROUNDS_TTL 0x08u /* granted ttl may exceed the asked */
 #define LEASE_FEATURE_ADVISORY 0x10u   /* advisory_txn takes database locks */
 
@@ -52,7 +60,8 @@ typedef struct lease_request {
     uint64_t ttl_ms;
 } lease_request;
 
-/* Called by `list` once per key, in key order; non-zero stops the walk. */
+/* Called by `list` once per key, in any order (the core sorts the keys
+ * before the caller sees them); non-zero stops the walk. */
 typedef int (*lease_list_cb)(const lease_info *info, void *payload);
 
 typedef struct lease_backend {
@@ -62,7 +71,8 @@ typedef struct lease_backend {
     unsigned int features;     /* LEASE_FEATURE_* */
 
     /*
-     * Required. Open a connection for `url` (whose scheme is one of
+     * Required before version 3; a version-3 table has open3 instead and
+     * leaves this NULL. Open a connection for `url` (whose scheme is one of
      * `schemes`): parse it, connect, create or upgrade the schema, taking
      * at most timeout_ms for all of it. Return a new struct whose first
      * member is lease_store (the core fills that member's fields after open
@@ -71,7 +81,11 @@ typedef struct lease_backend {
      */
     int (*open)(lease_store **out, const char *url, uint64_t timeout_ms);
 
-    /* Required. Close the connection and free what open returned. */
+    /*
+     * Required. Close the connection. Before version 3 it also frees what
+     * open returned; from version 3 on it releases what open3 took, and the
+     * core frees the struct it allocated.
+     */
     void (*close)(lease_store *store);
 
     /*
@@ -97,10 +111,18 @@ typedef struct lease_backend {
     int (*release)(lease_store *store, const char *key, const char *owner,
                    uint64_t token);
 
-    /* Required. LEASE_ENOTFOUND for a key never acquired. */
+    /*
+     * Required. LEASE_ENOTFOUND for a key never acquired. `out` comes
+     * zeroed. The core sets out->state from `held`, `owner` and what the
+     * store adds: a key that is not held but still has an owner is
+     * LEASE_STATE_EXPIRED. A store that forgets the owner when a lease runs
+     * out sets out->state = LEASE_STATE_EXPIRED itself for a key whose last
+     * lease ran out without a release (a released key stays FREE).
+     */
     int (*inspect)(lease_info *out, lease_store *store, const char *key);
 
-    /* Required. Walk every key starting with prefix ("" = all). */
+    /* Required. Walk every key starting with prefix ("" = all), each
+     * lease_info filled as inspect fills it. */
     int (*list)(lease_store *store, const char *prefix, lease_list_cb cb,
                 void *payload);
 
@@ -140,7 +162,8 @@ typedef struct lease_backend {
                         uint64_t timeout_ms);
 
     /*
-     * Optional (LEASE_FEATURE_RENEW_MANY). Renew n leases of one holder in
+     * Optional (LEASE_FEATURE_RENEW_MANY), and not called by the core yet:
+     * batch renewal will use it. Renew n leases of one holder in
      * one round trip: results[i] gets what renew would have returned for
      * grants[i], and granted_ms[i] the ttl granted. Returns 0 if the round
      * trip happened (whatever the results), LEASE_ESTORE otherwise.
@@ -198,11 +221,36 @@ typedef struct lease_backend {
      */
     int (*history_lost)(lease_store *store, const char *key, const char *owner,
                         uint64_t token);
+
+    /* ---- version 3 ---- */
+
+    /*
+     * Required, with open3: the size of the store's connection struct
+     * (sizeof(my_store), whose first member is lease_store). The core
+     * allocates it zeroed and fills the lease_store part (backend, url,
+     * url_redacted, timeout_ms, ttl_max_ms) before open3 runs, so that the
+     * store's messages name the redacted URL and its waits read
+     * store->timeout_ms from the first call on, with no copies of its own.
+     */
+    size_t store_size;
+
+    /*
+     * Required. What open is to earlier versions, on the struct the core
+     * allocated: parse `url` (store->url, passed for convenience), connect,
+     * create or upgrade the schema, within store->timeout_ms. On failure
+     * release whatever it took and return the error: the core then frees
+     * the struct without calling close.
+     */
+    int (*open3)(lease_store *store, const char *url);
 } lease_backend;
 
 /*
  * The part of a connection the core owns. A store embeds it first and must
- * not change it, except that `open` leaves it zeroed for the core to fill.
+ * not change it. Before version 3, `open` leaves it zeroed and the core
+ * fills it after open returns; from version 3 on it is filled before open3
+ * runs. timeout_ms always holds the handle's timeout: a store reads it
+ * there rather than keeping a copy (set_timeout is called after it
+ * changed).
  */
 struct lease_store {
     const lease_backend *backend;
@@ -215,7 +263,8 @@ struct lease_store {
 /*
  * Make a backend available to lease_store_open() for its schemes, before
  * the built-in ones. Call it at start-up, before other threads use the
- * library. EINVALID if the version or a required slot is missing.
+ * library. EINVALID if the version or a required slot is missing, or a
+ * feature bit names a slot the table does not have.
  */
 int lease_backend_register(const lease_backend *backend);
 

@@ -21,6 +21,7 @@
 #include <cmocka.h>
 
 #include "lease_int.h"
+#include "fake_slots.h"
 
 #define A_OWNER "11111111-1111-4111-8111-111111111111"
 #define B_OWNER "22222222-2222-4222-8222-222222222222"
@@ -108,45 +109,6 @@ static int fake_list(lease_store *s, const char *prefix, lease_list_cb cb, void 
     (void)cb;
     (void)p;
     return 0;
-}
-
-static int fake_fence_advance(uint64_t *mark, lease_store *s, const char *r, uint64_t t)
-{
-    (void)s;
-    (void)r;
-    *mark = t;
-    return 0;
-}
-
-static int fake_fence_mark(uint64_t *mark, lease_store *s, const char *r)
-{
-    (void)s;
-    (void)r;
-    *mark = 0;
-    return LEASE_ENOTFOUND;
-}
-
-static int fake_guarded_put(lease_store *s, const char *key, const char *owner,
-                            uint64_t token, const char *name, const void *v, size_t n)
-{
-    (void)s;
-    (void)key;
-    (void)owner;
-    (void)token;
-    (void)name;
-    (void)v;
-    (void)n;
-    return 0;
-}
-
-static int fake_data_get(void **v, size_t *n, uint64_t *t, lease_store *s, const char *name)
-{
-    (void)v;
-    (void)n;
-    (void)t;
-    (void)s;
-    (void)name;
-    return LEASE_ENOTFOUND;
 }
 
 static int fake_history(lease_history_entry *out, size_t *n, lease_store *s,

@@ -1,5 +1,5 @@
 /*
- * stale_owner.c - the chapter's stale-owner race, played by real processes.
+ * stale_owner.c - the stale-owner race, played by real processes.
  *
  *   usage: stale_owner [--store URL] [--ttl DUR]
  *

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Build lease and play the chapter's stale-owner race with real processes:
+# Build lease and play the stale-owner race with real processes:
 # worker A is paused past its ttl, worker B takes over, A's late write is
 # rejected by the fenced resource. Pass --store URL to use another store.
 set -euo pipefail

@@ -1,5 +1,5 @@
 /*
- * stores/pg.c - PostgreSQL, through libpq: the chapter's lease table.
+ * stores/pg.c - PostgreSQL, through libpq: the reference lease table.
  *
  * URLs: postgres://[user[:password]@]host[:port][/db][?param=value...] or
  * postgresql://...; libpq reads the URL itself, so sslmode, PGPASSFILE,
@@ -11,10 +11,10 @@
  *   history_table=NAME the grant history (default lease_history with the
  *                      default lease table, else <lease_table>_history)
  *
- * The lease table is the chapter's, created if missing; an existing table
- * made by the chapter's SQL is used as it is (the optional holder_label
+ * The lease table is the reference one, created if missing; an existing table
+ * made by the reference SQL is used as it is (the optional holder_label
  * and lease_ttl_ms columns are used only if present). Acquire, renew and
- * release are the chapter's statements, one round trip each, prepared once
+ * release are the reference statements, one round trip each, prepared once
  * per connection, with clock_timestamp() as the only clock.
  *
  * The grant history (lease/history.h) is one row per grant, primary key
@@ -583,7 +583,7 @@ static char *pg_fmt(const char *f, ...)
 }
 
 /* The time left on the store's clock, in ms, 0 once past (and for the
- * chapter's '-infinity' of a released row). */
+ * reference SQL's '-infinity' of a released row). */
 #define REMAINING(t) \
     "CASE WHEN " t ".lease_until > clock_timestamp() THEN " \
     "ceil(EXTRACT(EPOCH FROM " t ".lease_until - clock_timestamp()) * 1000)::bigint " \
@@ -601,7 +601,7 @@ static int build_sql(pg_store *s, int has_label, int has_ttl)
     const char *H = s->history_why ? NULL : s->history_table;
     char *upsert;
     /* The optional columns describe the grant whose token is in
-     * holder_token: a lease taken by the chapter's raw SQL leaves them as
+     * holder_token: a lease taken by the reference SQL run by hand leaves them as
      * they were, and must not be shown with its predecessor's label. */
     const char *label = has_label ? "CASE WHEN l.holder_token = l.fencing_token "
                                     "THEN l.holder_label END"
@@ -618,7 +618,7 @@ static int build_sql(pg_store *s, int has_label, int has_ttl)
         : "";
     int i;
 
-    /* The chapter's upsert. One change: the owner that already holds the
+    /* The reference upsert. One change: the owner that already holds the
      * unexpired lease may acquire again (a retry whose answer was lost)
      * and keeps its token, with a new expiry. With a history it reads
      * its row from `o` first (see below), hence SELECT instead of VALUES. */
@@ -657,7 +657,7 @@ static int build_sql(pg_store *s, int has_label, int has_ttl)
      *      (tokens restarted) or of another lease table sharing this
      *      history: replaced;
      *   e  grants before it still unended: the previous one expired at
-     *      its lease_until (or was released by the chapter's own SQL,
+     *      its lease_until (or was released by the reference SQL,
      *      which leaves owner_id NULL and writes no history); older ones
      *      (grants made by SQL that keeps no history came in between) at
      *      a time unknown. An UPDATE sees the statement's snapshot: if
@@ -712,10 +712,10 @@ static int build_sql(pg_store *s, int has_label, int has_ttl)
         "AND l.fencing_token = $3 AND l.lease_until > clock_timestamp() "
         "RETURNING l.lease_until",
         L, has_ttl ? ", lease_ttl_ms = $5::bigint" : "");
-    /* The chapter's release, and a notification for waiters in the same
+    /* The reference release, and a notification for waiters in the same
      * round trip (sent on commit, so only for a release that happened).
      * With a history, the same statement ends the grant's entry; only a
-     * release that happened does (FROM r). The chapter's release accepts
+     * release that happened does (FROM r). The reference release accepts
      * the owner of an expired lease nobody took since; if its renew was
      * refused first, the grant stays lost: its authority had ended. */
     s->sql[ST_RELEASE] = pg_fmt(
@@ -750,7 +750,7 @@ static int build_sql(pg_store *s, int has_label, int has_ttl)
         "WHERE f.mark <= EXCLUDED.mark RETURNING f.mark",
         F);
     s->sql[ST_FENCE_MARK] = pg_fmt("SELECT mark FROM %s WHERE resource = $1", F);
-    /* The chapter's guarded-transaction check: exactly one row, locked. */
+    /* The reference guarded-transaction check: exactly one row, locked. */
     s->sql[ST_CHECK_HOLDER] = pg_fmt(
         "SELECT 1 FROM %s WHERE resource_key = $1 AND owner_id = $2::uuid "
         "AND fencing_token = $3 AND lease_until > clock_timestamp() FOR UPDATE",
@@ -1270,7 +1270,7 @@ fail:
 /*
  * Keys, labels and resource names are bytes (1..255, no NUL), while a
  * PostgreSQL text column holds only valid UTF-8. A name that is valid UTF-8
- * is stored as it is, so rows written by the chapter's own SQL and by
+ * is stored as it is, so rows written by the reference SQL and by
  * lease interoperate. Any other name (or one that starts with U+FFFF) is
  * stored as U+FFFF followed by its bytes in hex: still text, never equal to
  * a name stored as it is, and read back exactly.
@@ -1856,7 +1856,7 @@ static int pg_guarded_txn(lease_store *base, const char *key, const char *owner,
     u64_text(tok, sizeof(tok), token);
     if ((rc = pg_ensure(s, end)) < 0 || (rc = pg_command(s, "BEGIN", "begin", end)) < 0)
         return rc;
-    /* The chapter's pattern: lock and validate the lease row, exactly one
+    /* the reference pattern: lock and validate the lease row, exactly one
      * row, under the bounded lock_timeout and statement_timeout. */
     if ((rc = exec_prepared(&res, s, ST_CHECK_HOLDER, v, NULL, NULL,
                             "guarded transaction")) < 0) {

@@ -103,7 +103,7 @@ static void test_history_endings(void **state)
     CHECK_FAIL(LEASE_ELOST, lease_renew(&gc, conf_store, 0));
     lost_at = wall_ms();
     /* Some stores let the owner of an expired lease that nobody took
-     * release it (the chapter's release does); either way the grant stays
+     * release it (the reference release does); either way the grant stays
      * lost: its authority had ended before. */
     rc = lease_release(conf_store, &gc);
     if (rc != 0 && rc != LEASE_ELOST)

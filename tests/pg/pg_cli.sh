@@ -2,7 +2,7 @@
 # pg_cli.sh LEASE_BINARY - the `lease` command on PostgreSQL.
 #
 # Needs LEASE_TEST_PG_URL (the shared test server, set by scripts/test.sh);
-# fails without it. Checks that rows written by the chapter's raw SQL (run
+# fails without it. Checks that rows written by the reference SQL run by hand (run
 # with psql) and by `lease` interoperate, tokens continuing across both;
 # that a Bobby-Tables key is stored and read back exactly and drops
 # nothing; that an unreachable server (closed port, wrong password) is
@@ -24,14 +24,14 @@ L() { call "$LEASE" --store "$PGURL" "$@"; }
 no_leak() {
     if [ -n "$PW" ]; then assert_not_contains "$ERR$OUT" "$PW" "$1: no password"; fi
 }
-# psql with the chapter's statements; variables :'key' :'owner' :'token' :'ttl'.
+# psql with the reference statements; variables :'key' :'owner' :'token' :'ttl'.
 sql() {
     psql "$PGURL" -X -q -At -v ON_ERROR_STOP=1 "$@" 2>"$T/psql.err" || {
         fail "psql failed: $(cat "$T/psql.err")"
         return 1
     }
 }
-chapter_acquire() { # KEY OWNER TTL -> prints the token, or nothing when busy
+refsql_acquire() { # KEY OWNER TTL -> prints the token, or nothing when busy
     sql -v key="$1" -v owner="$2" -v ttl="$3" <<'SQL' | cut -d'|' -f1
 INSERT INTO coordination_lease
 (resource_key, owner_id, lease_until, fencing_token)
@@ -45,7 +45,7 @@ WHERE coordination_lease.lease_until <= clock_timestamp()
 RETURNING fencing_token, lease_until;
 SQL
 }
-chapter_release() { # KEY OWNER TOKEN -> prints the number of rows
+refsql_release() { # KEY OWNER TOKEN -> prints the number of rows
     sql -v key="$1" -v owner="$2" -v token="$3" <<'SQL'
 UPDATE coordination_lease
 SET owner_id = NULL,
@@ -58,40 +58,40 @@ SQL
 }
 uuid() { cat /proc/sys/kernel/random/uuid; }
 
-section "the chapter's SQL and lease on one key"
+section "the reference SQL and lease on one key"
 K="${P}tenant-42"
 R1=$(uuid)
 R2=$(uuid)
-tok=$(chapter_acquire "$K" "$R1" "30 seconds")
-assert_eq "$tok" 1 "the chapter's first acquire"
+tok=$(refsql_acquire "$K" "$R1" "30 seconds")
+assert_eq "$tok" 1 "the reference first acquire"
 L show "$K" --json
 expect_rc 0 "show a lease taken by raw SQL"
 assert_eq "$(jget "$OUT" .state)" held "state"
 assert_eq "$(jget "$OUT" .owner)" "$R1" "owner"
 assert_eq "$(jget "$OUT" .token)" 1 "token"
 L acquire "$K" --ttl 30s
-expect_error 3 "acquire while the chapter's owner holds it"
+expect_error 3 "acquire while the reference owner holds it"
 assert_contains "$ERR" "$R1" "the busy message names the holder"
 L renew "$K" --owner "$R1" --token 1 --ttl 30s
-expect_rc 0 "lease renews the chapter's lease"
+expect_rc 0 "lease renews the reference lease"
 L release "$K" --owner "$R1" --token 1
-expect_rc 0 "lease releases the chapter's lease"
+expect_rc 0 "lease releases the reference lease"
 L acquire "$K" --ttl 30s --json
-expect_rc 0 "acquire after the chapter's release"
+expect_rc 0 "acquire after the reference release"
 assert_eq "$(jget "$OUT" .token)" 2 "the token continues"
 O2=$(jget "$OUT" .owner)
-assert_eq "$(chapter_acquire "$K" "$R2" "30 seconds")" "" "the chapter is refused while lease holds it"
-assert_eq "$(chapter_release "$K" "$O2" 1)" 0 "the chapter's release with an old token changes nothing"
-assert_eq "$(chapter_release "$K" "$O2" 2)" 1 "the chapter releases lease's lease"
+assert_eq "$(refsql_acquire "$K" "$R2" "30 seconds")" "" "the reference SQL is refused while lease holds it"
+assert_eq "$(refsql_release "$K" "$O2" 1)" 0 "the reference release with an old token changes nothing"
+assert_eq "$(refsql_release "$K" "$O2" 2)" 1 "the reference SQL releases lease's lease"
 L renew "$K" --owner "$O2" --token 2
-expect_error 4 "renew after the chapter released it"
-assert_eq "$(chapter_acquire "$K" "$R2" "30 seconds")" 3 "the chapter's acquire continues the tokens"
+expect_error 4 "renew after the reference SQL released it"
+assert_eq "$(refsql_acquire "$K" "$R2" "30 seconds")" 3 "the reference acquire continues the tokens"
 L show "$K" --json
 assert_eq "$(jget "$OUT" .token)" 3 "show: token 3"
-assert_eq "$(jget "$OUT" .owner)" "$R2" "show: the chapter's owner"
-assert_eq "$(chapter_release "$K" "$R2" 3)" 1 "the chapter releases its own"
+assert_eq "$(jget "$OUT" .owner)" "$R2" "show: the reference owner"
+assert_eq "$(refsql_release "$K" "$R2" 3)" 1 "the reference SQL releases its own"
 L acquire "$K" --ttl 30s --json
-assert_eq "$(jget "$OUT" .token)" 4 "lease after the chapter: 4"
+assert_eq "$(jget "$OUT" .token)" 4 "lease after the reference SQL: 4"
 L release "$K" --owner "$(jget "$OUT" .owner)" --token 4
 expect_rc 0 "release 4"
 L ls "$P" --json

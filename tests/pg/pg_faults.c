@@ -593,7 +593,7 @@ static void test_restart_history_endings(void **state)
     assert_int_equal(n, 1);
     check_expiry(&h[0], &tlate, LEASE_ENDED_LOST);
     lease_history_free(h);
-    /* The chapter's release still accepts the owner of an expired lease
+    /* The reference release still accepts the owner of an expired lease
      * nobody took; the grant stays lost, with its time. */
     rc = lease_release(conf_store, &tlate.g);
     if (rc != 0 && rc != LEASE_ELOST)

@@ -31,12 +31,12 @@ int main(int argc, char **argv)
 {
     static const struct CMUnitTest all[] = {
         CONF_TEST(test_advisory_key_is_fnv1a),
-        CONF_TEST(test_schema_chapter_table_interop),
-        CONF_TEST(test_schema_chapter_sql_on_lease_table),
+        CONF_TEST(test_schema_refsql_table_interop),
+        CONF_TEST(test_schema_refsql_sql_on_lease_table),
         CONF_TEST(test_schema_table_names_from_url),
         CONF_TEST(test_history_table_added_to_old_database),
         CONF_TEST(test_history_without_rights),
-        CONF_TEST(test_history_chapter_sql_interleaved),
+        CONF_TEST(test_history_refsql_sql_interleaved),
         CONF_TEST(test_history_table_name_from_url),
         CONF_TEST(test_guarded_txn_locks_and_commits),
         CONF_TEST(test_guarded_txn_elost),

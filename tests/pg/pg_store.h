@@ -2,7 +2,7 @@
  * pg_store.h - what the files of the pg_store program share: the test
  * functions main() runs (pg_store.c), and the reference SQL's acquire and
  * row count (pg_store_refsql.c), which the history tests use too. The
- * reference SQL is the schema and statements in pg_test.h (CHAPTER_*),
+ * reference SQL is the schema and statements in pg_test.h (REFSQL_*),
  * word for word: what an application that never runs lease writes, and
  * what lease's own tables must keep accepting.
  */
@@ -12,21 +12,21 @@
 #include "pg_test.h"
 
 /* Acquire with the reference statement: the token, or 0 when busy. */
-uint64_t chapter_acquire(PGconn *c, const char *key, const char *owner,
+uint64_t refsql_acquire(PGconn *c, const char *key, const char *owner,
                          const char *interval);
 /* The reference renew, release and check: the number of rows. */
-int chapter_rows(PGconn *c, const char *sql, int n, const char *key,
+int refsql_rows(PGconn *c, const char *sql, int n, const char *key,
                  const char *owner, uint64_t token, const char *interval);
 
 /* pg_store_refsql.c */
-void test_schema_chapter_table_interop(void **state);
-void test_schema_chapter_sql_on_lease_table(void **state);
+void test_schema_refsql_table_interop(void **state);
+void test_schema_refsql_sql_on_lease_table(void **state);
 void test_schema_table_names_from_url(void **state);
 
 /* pg_store_history.c */
 void test_history_table_added_to_old_database(void **state);
 void test_history_without_rights(void **state);
-void test_history_chapter_sql_interleaved(void **state);
+void test_history_refsql_sql_interleaved(void **state);
 void test_history_table_name_from_url(void **state);
 
 /* pg_store_txn.c */

@@ -424,15 +424,15 @@ void test_history_without_rights(void **state)
 }
 
 /*
- * Grants made by the chapter's raw SQL (which keeps no history) between
+ * Grants made by the reference SQL run by hand (which keeps no history) between
  * the library's: they are not in the history, and the library's entries
  * still end right. Each library grant ends the previous library entry:
- * released when the chapter's release UPDATE freed the key (time
+ * released when the reference release UPDATE freed the key (time
  * unknown), expired when a raw grant came in between, expired at its
  * lease_until when nothing did. Tokens strictly decreasing, and held
  * only for the current lease, at every step.
  */
-void test_history_chapter_sql_interleaved(void **state)
+void test_history_refsql_sql_interleaved(void **state)
 {
     char key[LEASE_KEY_MAX + 1], r1[LEASE_OWNER_BUFSZ], r2[LEASE_OWNER_BUFSZ];
     char r3[LEASE_OWNER_BUFSZ], a[LEASE_OWNER_BUFSZ], b[LEASE_OWNER_BUFSZ];
@@ -444,7 +444,7 @@ void test_history_chapter_sql_interleaved(void **state)
     const char *kv[1];
 
     (void)state;
-    conf_key(key, "history/chapter-sql");
+    conf_key(key, "history/refsql");
     conf_owner(r1);
     conf_owner(r2);
     conf_owner(r3);
@@ -456,10 +456,10 @@ void test_history_chapter_sql_interleaved(void **state)
     c = raw_connect(conf_url); /* default search_path: conf_store's tables */
     kv[0] = key;
 
-    /* The chapter first: the row is its own (token 1), freed by its own
+    /* The reference SQL first: the row is its own (token 1), freed by its own
      * release; nothing in the history. */
-    assert_true(chapter_acquire(c, key, r1, "30 seconds") == 1);
-    assert_int_equal(chapter_rows(c, CHAPTER_RELEASE, 3, key, r1, 1, NULL), 1);
+    assert_true(refsql_acquire(c, key, r1, "30 seconds") == 1);
+    assert_int_equal(refsql_rows(c, REFSQL_RELEASE, 3, key, r1, 1, NULL), 1);
     hist_expect(conf_store, key, NULL, 0);
 
     /* The library: 2, released by the library. */
@@ -472,28 +472,28 @@ void test_history_chapter_sql_interleaved(void **state)
     expect_unended_only(c, "lease_history", key, 2);
     CHECK_RC(0, lease_release(conf_store, &ga));
 
-    /* The chapter: 3, released by the chapter; not in the history. */
-    assert_true(chapter_acquire(c, key, r2, "30 seconds") == 3);
+    /* The reference SQL: 3, released by the reference SQL; not in the history. */
+    assert_true(refsql_acquire(c, key, r2, "30 seconds") == 3);
     {
         const hist_want w[] = { { 2, a, LEASE_ENDED_RELEASED } };
         hist_expect(conf_store, key, w, 1);
     }
-    assert_int_equal(chapter_rows(c, CHAPTER_RELEASE, 3, key, r2, 3, NULL), 1);
+    assert_int_equal(refsql_rows(c, REFSQL_RELEASE, 3, key, r2, 3, NULL), 1);
 
-    /* The library: 4. The chapter is refused and renews it (no change). */
+    /* The library: 4. The reference SQL is refused and renews it (no change). */
     gb = conf_acquire(key, b, 30000, "B");
     ASSERT_U64_OP(gb.token, ==, 4);
     expect_unended_only(c, "lease_history", key, 4);
-    assert_true(chapter_acquire(c, key, r3, "30 seconds") == 0);
-    assert_int_equal(chapter_rows(c, CHAPTER_RENEW, 4, key, b, 4, "30 seconds"), 1);
+    assert_true(refsql_acquire(c, key, r3, "30 seconds") == 0);
+    assert_int_equal(refsql_rows(c, REFSQL_RENEW, 4, key, b, 4, "30 seconds"), 1);
     {
         const hist_want w[] = { { 4, b, LEASE_ENDED_HELD },
                                 { 2, a, LEASE_ENDED_RELEASED } };
         hist_expect(conf_store, key, w, 2);
     }
-    /* The chapter's release UPDATE ends the library's grant 4 (its holder
+    /* The reference release UPDATE ends the library's grant 4 (its holder
      * using raw SQL): read as released at once ... */
-    assert_int_equal(chapter_rows(c, CHAPTER_RELEASE, 3, key, b, 4, NULL), 1);
+    assert_int_equal(refsql_rows(c, REFSQL_RELEASE, 3, key, b, 4, NULL), 1);
     {
         const hist_want w[] = { { 4, b, LEASE_ENDED_RELEASED },
                                 { 2, a, LEASE_ENDED_RELEASED } };
@@ -514,10 +514,10 @@ void test_history_chapter_sql_interleaved(void **state)
     assert_string_equal(v, "2:released,4:released,5:held");
     free(v);
 
-    /* 5 runs out; the chapter takes the key (6) with a short lease that
+    /* 5 runs out; the reference SQL takes the key (6) with a short lease that
      * runs out too. 5 reads expired (6 is not the library's). */
     (void)conf_wait_free(key, gc.ttl_ms);
-    assert_true(chapter_acquire(c, key, r3, "300 milliseconds") == 6);
+    assert_true(refsql_acquire(c, key, r3, "300 milliseconds") == 6);
     {
         const hist_want w[] = { { 5, cc, LEASE_ENDED_EXPIRED },
                                 { 4, b, LEASE_ENDED_RELEASED },

@@ -7,23 +7,23 @@
 #include "pg_store.h"
 
 /* ======================================================================
- * the chapter's schema and statements
+ * the reference schema and statements
  * ====================================================================== */
 
-/* Acquire with the chapter's statement: the token, or 0 when busy. */
-uint64_t chapter_acquire(PGconn *c, const char *key, const char *owner,
+/* Acquire with the reference statement: the token, or 0 when busy. */
+uint64_t refsql_acquire(PGconn *c, const char *key, const char *owner,
                                 const char *interval)
 {
     const char *v[3] = { key, owner, interval };
-    PGresult *r = raw_exec(c, PGRES_TUPLES_OK, CHAPTER_ACQUIRE, 3, v);
+    PGresult *r = raw_exec(c, PGRES_TUPLES_OK, REFSQL_ACQUIRE, 3, v);
     uint64_t tok = PQntuples(r) == 1 ? strtoull(PQgetvalue(r, 0, 0), NULL, 10) : 0;
 
     PQclear(r);
     return tok;
 }
 
-/* The chapter's renew, release and check: the number of rows. */
-int chapter_rows(PGconn *c, const char *sql, int n, const char *key,
+/* The reference renew, release and check: the number of rows. */
+int refsql_rows(PGconn *c, const char *sql, int n, const char *key,
                         const char *owner, uint64_t token, const char *interval)
 {
     char tok[24];
@@ -41,20 +41,20 @@ int chapter_rows(PGconn *c, const char *sql, int n, const char *key,
         char msg[512];
         snprintf(msg, sizeof(msg), "%s", PQresultErrorMessage(r));
         PQclear(r);
-        fail_msg("chapter SQL failed: %s", msg);
+        fail_msg("reference SQL failed: %s", msg);
     }
     PQclear(r);
     return rows;
 }
 
 /*
- * A database where someone created coordination_lease with the chapter's
+ * A database where someone created coordination_lease with the reference SQL's
  * own DDL: lease uses it as it is (no column added), and leases written
- * by the chapter's raw statements and by lease interoperate, the token
+ * by the reference raw statements and by lease interoperate, the token
  * continuing across both. The table is found under its default name
  * through search_path, given in the URL's libpq `options`.
  */
-void test_schema_chapter_table_interop(void **state)
+void test_schema_refsql_table_interop(void **state)
 {
     char schema[32], name[13], sql[512], key[LEASE_KEY_MAX + 1];
     char r1[LEASE_OWNER_BUFSZ], r2[LEASE_OWNER_BUFSZ], l1[LEASE_OWNER_BUFSZ];
@@ -71,7 +71,7 @@ void test_schema_chapter_table_interop(void **state)
     (void)state;
     pg_rand_name(name);
     snprintf(schema, sizeof(schema), "ch_%s", name);
-    conf_key(key, "chapter/tenant-42");
+    conf_key(key, "refsql/tenant-42");
     conf_owner(r1);
     conf_owner(r2);
     conf_owner(r3);
@@ -82,13 +82,13 @@ void test_schema_chapter_table_interop(void **state)
     snprintf(sql, sizeof(sql), "CREATE SCHEMA %s; SET search_path = %s", schema,
              schema);
     raw_ok(c, sql);
-    raw_ok(c, CHAPTER_DDL);
+    raw_ok(c, REFSQL_DDL);
 
     snprintf(params, sizeof(params), "options=-c%%20search_path%%3D%s", schema);
     url = url_with(conf_url, params);
     CHECK_RC(0, lease_store_open(&s, url));
 
-    /* Used as it is: the chapter's four columns, nothing added. */
+    /* Used as it is: the reference four columns, nothing added. */
     snprintf(sql, sizeof(sql),
              "SELECT string_agg(column_name || ':' || data_type, ',' "
              "ORDER BY ordinal_position) FROM information_schema.columns "
@@ -100,8 +100,8 @@ void test_schema_chapter_table_interop(void **state)
                               "fencing_token:bigint");
     free(cols);
 
-    /* The chapter acquires: token 1. lease sees it and is refused. */
-    assert_true(chapter_acquire(c, key, r1, "30 seconds") == 1);
+    /* The reference SQL acquires: token 1. lease sees it and is refused. */
+    assert_true(refsql_acquire(c, key, r1, "30 seconds") == 1);
     CHECK_RC(0, lease_inspect(&info, s, key));
     assert_int_equal(info.held, 1);
     assert_string_equal(info.owner, r1);
@@ -115,11 +115,11 @@ void test_schema_chapter_table_interop(void **state)
     assert_string_equal(h.owner, r1);
     ASSERT_U64_OP(h.token, ==, 1);
 
-    /* lease renews and releases the chapter's lease from (owner, token). */
+    /* lease renews and releases the reference lease from (owner, token). */
     CHECK_RC(0, lease_grant_init(&raw, key, r1, 1, 30000));
     CHECK_RC(0, lease_renew(&raw, s, 0));
     CHECK_RC(0, lease_release(s, &raw));
-    /* ... leaving the row as the chapter's release does. */
+    /* ... leaving the row as the reference release does. */
     kv[0] = key;
     snprintf(sql, sizeof(sql),
              "SELECT coalesce(owner_id::text, 'NULL') || ' ' || "
@@ -129,37 +129,37 @@ void test_schema_chapter_table_interop(void **state)
     assert_string_equal(cols, "NULL true 1");
     free(cols);
 
-    /* lease acquires: token 2; the chapter is refused, renews it, runs the
+    /* lease acquires: token 2; the reference SQL is refused, renews it, runs the
      * guarded check on it, and releases it. */
     CHECK_RC(0, lease_acquire(&g, NULL, s, key, &o));
     ASSERT_U64_OP(g.token, ==, 2);
-    assert_true(chapter_acquire(c, key, r2, "30 seconds") == 0);
-    assert_int_equal(chapter_rows(c, CHAPTER_RENEW, 4, key, l1, 2, "30 seconds"), 1);
-    assert_int_equal(chapter_rows(c, CHAPTER_RENEW, 4, key, r2, 2, "30 seconds"), 0);
-    assert_int_equal(chapter_rows(c, CHAPTER_RENEW, 4, key, l1, 1, "30 seconds"), 0);
+    assert_true(refsql_acquire(c, key, r2, "30 seconds") == 0);
+    assert_int_equal(refsql_rows(c, REFSQL_RENEW, 4, key, l1, 2, "30 seconds"), 1);
+    assert_int_equal(refsql_rows(c, REFSQL_RENEW, 4, key, r2, 2, "30 seconds"), 0);
+    assert_int_equal(refsql_rows(c, REFSQL_RENEW, 4, key, l1, 1, "30 seconds"), 0);
     raw_ok(c, "BEGIN");
-    assert_int_equal(chapter_rows(c, CHAPTER_CHECK, 3, key, l1, 2, NULL), 1);
+    assert_int_equal(refsql_rows(c, REFSQL_CHECK, 3, key, l1, 2, NULL), 1);
     raw_ok(c, "COMMIT");
-    assert_int_equal(chapter_rows(c, CHAPTER_RELEASE, 3, key, l1, 1, NULL), 0);
-    assert_int_equal(chapter_rows(c, CHAPTER_RELEASE, 3, key, l1, 2, NULL), 1);
+    assert_int_equal(refsql_rows(c, REFSQL_RELEASE, 3, key, l1, 1, NULL), 0);
+    assert_int_equal(refsql_rows(c, REFSQL_RELEASE, 3, key, l1, 2, NULL), 1);
     CHECK_RC(0, lease_inspect(&info, s, key));
     assert_int_equal(info.held, 0);
     ASSERT_U64_OP(info.token, ==, 2);
-    /* lease's grant is gone: the chapter released it. */
+    /* lease's grant is gone: the reference SQL released it. */
     CHECK_FAIL(LEASE_ELOST, lease_renew(&g, s, 0));
 
-    /* The chapter again: 3; lease after its release: 4. */
-    assert_true(chapter_acquire(c, key, r2, "30 seconds") == 3);
+    /* The reference SQL again: 3; lease after its release: 4. */
+    assert_true(refsql_acquire(c, key, r2, "30 seconds") == 3);
     o = conf_opts(l2, 30000, NULL, 0);
     CHECK_FAIL(LEASE_EBUSY, lease_acquire(&g, NULL, s, key, &o));
-    assert_int_equal(chapter_rows(c, CHAPTER_RELEASE, 3, key, r2, 3, NULL), 1);
+    assert_int_equal(refsql_rows(c, REFSQL_RELEASE, 3, key, r2, 3, NULL), 1);
     CHECK_RC(0, lease_acquire(&g, NULL, s, key, &o));
     ASSERT_U64_OP(g.token, ==, 4);
     CHECK_RC(0, lease_release(s, &g));
 
-    /* Expiry by the store's clock works both ways: a short chapter lease
+    /* Expiry by the store's clock works both ways: a short reference-SQL lease
      * expires for lease, and the next holder gets a greater token. */
-    assert_true(chapter_acquire(c, key, r3, "200 milliseconds") == 5);
+    assert_true(refsql_acquire(c, key, r3, "200 milliseconds") == 5);
     {
         lease_store *keep = conf_store;
         conf_store = s;
@@ -171,20 +171,20 @@ void test_schema_chapter_table_interop(void **state)
     ASSERT_U64_OP(g.token, ==, 6);
     t = 0;
     {
-        /* ... and a short lease of lease's expires for the chapter. */
+        /* ... and a short lease of lease's expires for the reference SQL. */
         int64_t end = conf_now_ms() + conf_expiry_bound_ms(200);
-        while ((t = chapter_acquire(c, key, r1, "30 seconds")) == 0 &&
+        while ((t = refsql_acquire(c, key, r1, "30 seconds")) == 0 &&
                conf_now_ms() < end)
             conf_sleep_ms(20);
     }
     ASSERT_U64_OP(t, ==, 7);
     CHECK_FAIL(LEASE_ELOST, lease_renew(&g, s, 0));
-    assert_int_equal(chapter_rows(c, CHAPTER_RELEASE, 3, key, r1, 7, NULL), 1);
+    assert_int_equal(refsql_rows(c, REFSQL_RELEASE, 3, key, r1, 7, NULL), 1);
 
     /* Names that are not valid UTF-8 live in the same table. */
     {
         char odd[LEASE_KEY_MAX + 1];
-        conf_key(odd, "chapter/\xff\xfe");
+        conf_key(odd, "refsql/\xff\xfe");
         o = conf_opts(l1, 30000, NULL, 0);
         CHECK_RC(0, lease_acquire(&g, NULL, s, odd, &o));
         CHECK_RC(0, lease_inspect(&info, s, odd));
@@ -201,9 +201,9 @@ void test_schema_chapter_table_interop(void **state)
 
 /*
  * The table lease creates itself (with its optional label and ttl
- * columns) takes the chapter's raw statements too.
+ * columns) takes the reference raw statements too.
  */
-void test_schema_chapter_sql_on_lease_table(void **state)
+void test_schema_refsql_sql_on_lease_table(void **state)
 {
     char key[LEASE_KEY_MAX + 1], r1[LEASE_OWNER_BUFSZ], l1[LEASE_OWNER_BUFSZ];
     lease_acquire_opts o;
@@ -212,17 +212,17 @@ void test_schema_chapter_sql_on_lease_table(void **state)
     PGconn *c;
 
     (void)state;
-    conf_key(key, "chapter/default-table");
+    conf_key(key, "refsql/default-table");
     conf_owner(r1);
     conf_owner(l1);
     c = raw_connect(conf_url); /* default search_path: public */
 
     o = conf_opts(l1, 30000, "lease's label", 0);
     g = conf_acquire(key, l1, 30000, "lease's label");
-    assert_true(chapter_acquire(c, key, r1, "30 seconds") == 0);
-    assert_int_equal(chapter_rows(c, CHAPTER_RENEW, 4, key, l1, g.token, "30 seconds"), 1);
-    assert_int_equal(chapter_rows(c, CHAPTER_RELEASE, 3, key, l1, g.token, NULL), 1);
-    assert_true(chapter_acquire(c, key, r1, "30 seconds") == g.token + 1);
+    assert_true(refsql_acquire(c, key, r1, "30 seconds") == 0);
+    assert_int_equal(refsql_rows(c, REFSQL_RENEW, 4, key, l1, g.token, "30 seconds"), 1);
+    assert_int_equal(refsql_rows(c, REFSQL_RELEASE, 3, key, l1, g.token, NULL), 1);
+    assert_true(refsql_acquire(c, key, r1, "30 seconds") == g.token + 1);
     CHECK_RC(0, lease_inspect(&info, conf_store, key));
     assert_int_equal(info.held, 1);
     assert_string_equal(info.owner, r1);
@@ -234,10 +234,10 @@ void test_schema_chapter_sql_on_lease_table(void **state)
     CHECK_RC(0, lease_release(conf_store, &g));
     PQfinish(c);
     /* The raw holder gave no label: inspect must not show the label of
-     * the holder before it (the chapter's upsert leaves holder_label as
+     * the holder before it (the reference upsert leaves holder_label as
      * it was). Checked last, so that the rest above still runs. */
     if (strcmp(info.label, "") != 0)
-        fail_msg("a lease taken by the chapter's SQL (owner %s) is shown with "
+        fail_msg("a lease taken by the reference SQL (owner %s) is shown with "
                  "the previous holder's label '%s'", r1, info.label);
 }
 

@@ -159,7 +159,7 @@ void test_security_hostile_keys(void **state)
         assert_memory_equal(val, value, sizeof(value));
         ASSERT_U64_OP(tok, ==, g.token);
         free(val);
-        /* A UTF-8 key is stored as it is (the chapter's SQL finds it);
+        /* A UTF-8 key is stored as it is (the reference SQL finds it);
          * PostgreSQL text cannot hold the others at all. */
         if (names[i][0] != '\xff') {
             const char *kv[1] = { key };

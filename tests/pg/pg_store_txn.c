@@ -317,7 +317,7 @@ typedef struct rebuild_probe {
     int calls;
 } rebuild_probe;
 
-/* The chapter's UPDATE as the protected write of a guarded transaction. */
+/* The reference UPDATE as the protected write of a guarded transaction. */
 static int rebuild_cb(void *native, void *payload)
 {
     rebuild_probe *p = payload;
@@ -329,14 +329,14 @@ static int rebuild_cb(void *native, void *payload)
     snprintf(sql, sizeof(sql), "SET LOCAL search_path = %s", p->schema);
     PQclear(PQexec(native, sql));
     snprintf(tok, sizeof(tok), "%" PRIu64, p->token);
-    r = PQexecParams(native, CHAPTER_REBUILD, 4, chapter_rebuild_types, v, NULL,
+    r = PQexecParams(native, REFSQL_REBUILD, 4, refsql_rebuild_types, v, NULL,
                      NULL, 0);
     p->rows = PQresultStatus(r) == PGRES_COMMAND_OK ? atoi(PQcmdTuples(r)) : -1;
     PQclear(r);
     return p->rows == 1 ? 0 : 1;
 }
 
-/* The chapter's rebuild_state UPDATE in the resource's own transaction,
+/* The reference rebuild_state UPDATE in the resource's own transaction,
  * over plain libpq: the row count is the fencing verdict. */
 static int rebuild(PGconn *c, const char *key, uint64_t token, const char *st)
 {
@@ -347,8 +347,8 @@ static int rebuild(PGconn *c, const char *key, uint64_t token, const char *st)
 
     snprintf(tok, sizeof(tok), "%" PRIu64, token);
     raw_ok(c, "BEGIN");
-    r = raw_exec_types(c, PGRES_COMMAND_OK, CHAPTER_REBUILD, 4,
-                       chapter_rebuild_types, v);
+    r = raw_exec_types(c, PGRES_COMMAND_OK, REFSQL_REBUILD, 4,
+                       refsql_rebuild_types, v);
     rows = atoi(PQcmdTuples(r));
     PQclear(r);
     raw_ok(c, "COMMIT");
@@ -402,7 +402,7 @@ void test_fence_resource_side(void **state)
     assert_int_equal(raw_ll(c, "SELECT mark FROM lease_fence WHERE resource = $1",
                             1, kv), 9);
 
-    /* The chapter's resource table and its conditional UPDATE. */
+    /* The reference resource table and its conditional UPDATE. */
     snprintf(sql, sizeof(sql),
              "CREATE SCHEMA %s; SET search_path = %s; "
              "CREATE TABLE rebuild_state (resource_key text PRIMARY KEY, "
@@ -583,7 +583,7 @@ void test_advisory_txn(void **state)
     const char *kv[1];
 
     (void)state;
-    /* The chapter's "tenant-42", with this run's prefix so that runs on a
+    /* The reference "tenant-42", with this run's prefix so that runs on a
      * shared server never meet. */
     conf_key(key, "tenant-42");
     k = lease_advisory_key(key);

@@ -1,7 +1,7 @@
 /*
  * pg_test.h - what the PostgreSQL tests share on top of the conformance
  * suite's helpers (conf_util.h: CHECK_RC, CHECK_FAIL, forked children,
- * bounded reads): plain libpq connections for the chapter's raw SQL, URL
+ * bounded reads): plain libpq connections for the reference SQL run by hand, URL
  * surgery, and checks that no password leaks into a message.
  *
  * As in conf_util.h, children never call cmocka's assertions: they report
@@ -14,9 +14,9 @@
 
 #include "conf_util.h"
 
-/* ---- the chapter's SQL, word for word (section 4) ------------------------ */
+/* ---- the reference SQL, word for word (section 4) ------------------------ */
 
-#define CHAPTER_DDL                                                           \
+#define REFSQL_DDL                                                           \
     "CREATE TABLE coordination_lease (\n"                                     \
     "resource_key text PRIMARY KEY,\n"                                        \
     "owner_id uuid,\n"                                                        \
@@ -25,7 +25,7 @@
     ");"
 
 /* $1 key, $2 owner, $3 interval */
-#define CHAPTER_ACQUIRE                                                       \
+#define REFSQL_ACQUIRE                                                       \
     "INSERT INTO coordination_lease\n"                                        \
     "(resource_key, owner_id, lease_until, fencing_token)\n"                  \
     "VALUES\n"                                                                \
@@ -38,7 +38,7 @@
     "RETURNING fencing_token, lease_until;"
 
 /* $1 key, $2 owner, $3 token, $4 interval */
-#define CHAPTER_RENEW                                                         \
+#define REFSQL_RENEW                                                         \
     "UPDATE coordination_lease\n"                                             \
     "SET lease_until = clock_timestamp() + $4::interval\n"                    \
     "WHERE resource_key = $1\n"                                               \
@@ -48,7 +48,7 @@
     "RETURNING lease_until;"
 
 /* $1 key, $2 owner, $3 token */
-#define CHAPTER_RELEASE                                                       \
+#define REFSQL_RELEASE                                                       \
     "UPDATE coordination_lease\n"                                             \
     "SET owner_id = NULL,\n"                                                  \
     "lease_until = '-infinity'::timestamptz\n"                                \
@@ -57,7 +57,7 @@
     "AND fencing_token = $3;"
 
 /* $1 key, $2 owner, $3 token: exactly one row, locked */
-#define CHAPTER_CHECK                                                         \
+#define REFSQL_CHECK                                                         \
     "SELECT 1\n"                                                              \
     "FROM coordination_lease\n"                                               \
     "WHERE resource_key = $1\n"                                               \
@@ -67,16 +67,16 @@
     "FOR UPDATE;"
 
 /* $1 key, ($2 owner, unused), $3 token, $4 state */
-#define CHAPTER_REBUILD                                                       \
+#define REFSQL_REBUILD                                                       \
     "UPDATE rebuild_state\n"                                                  \
     "SET state = $4,\n"                                                       \
     "last_fencing_token = GREATEST(last_fencing_token, $3)\n"                 \
     "WHERE resource_key = $1\n"                                               \
     "AND last_fencing_token <= $3;"
 
-/* The parameter types of CHAPTER_REBUILD: $2 is not used by the statement,
+/* The parameter types of REFSQL_REBUILD: $2 is not used by the statement,
  * so its type must be given. */
-static const Oid chapter_rebuild_types[4] = { 25 /* text */, 2950 /* uuid */,
+static const Oid refsql_rebuild_types[4] = { 25 /* text */, 2950 /* uuid */,
                                               20 /* int8 */, 25 /* text */ };
 
 /* ---- plain libpq --------------------------------------------------------- */

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# redis_failover: the chapter's warning, measured. "Asynchronous replication
+# redis_failover: the replication warning, measured. "Asynchronous replication
 # can promote a replica that never received the original lock, allowing
 # another client to acquire it" - and "an asynchronously replicated counter
 # can lose an acknowledged increment during promotion; if that happens, a
@@ -343,7 +343,7 @@ for ((r = 1; r <= ROUNDS; r++)); do
             fi
         elif [ "$staleA_rc" = 0 ]; then
             # B got A's very generation (or a lower one): the resource cannot
-            # tell A from B. Recorded: this is what the chapter warns about.
+            # tell A from B. Recorded: this is what asynchronous replication risks.
             SAME_TOKEN_STALE_ACCEPTED=$((SAME_TOKEN_STALE_ACCEPTED + 1))
         fi
     else

@@ -11,14 +11,10 @@
 . "$(dirname "$0")/lib.sh" "$@"
 export T
 
-built=$("$LEASE" --version | sed -n 's/^stores: //p')
-case ", $built," in
-*", sqlite,"*) ;;
-*) fail "lease --version names no sqlite store: '$built'" ;;
-esac
+has_store sqlite || fail "lease --version names no sqlite store: '$(lease_stores)'"
 declare -A URLS=([sqlite]="sqlite://$T/fds.db")
 for v in PG:postgres REDIS:redis ETCD:etcd; do
-    case ", $built," in *", ${v#*:},"*) ;; *) continue ;; esac
+    has_store "${v#*:}" || continue
     var=LEASE_TEST_${v%%:*}_URL
     if [ -z "${!var:-}" ]; then
         fail "$var is not set: start a server (scripts/test.sh does)"

@@ -34,10 +34,16 @@ T=$(mktemp -d "${TMPDIR:-/tmp}/lease-$TEST_NAME.XXXXXX") || {
 
 # Kill a process and everything below it, by pid (children first, so that
 # none is re-parented out of reach).
-# has_store NAME: this build of lease has the store NAME (the "stores:"
-# line of `lease --version`): tests of a store it lacks expect exit 2.
+# lease_stores: the stores this build of lease has, "sqlite, redis" (the
+# "stores:" line of `lease --version`).
+lease_stores() {
+    "$LEASE" --version | sed -n 's/^stores: //p'
+}
+
+# has_store NAME: this build of lease has the store NAME: tests of a store
+# it lacks expect exit 2.
 has_store() {
-    case ", $("$LEASE" --version | sed -n 's/^stores: //p')," in
+    case ", $(lease_stores)," in
     *", $1,"*) return 0 ;;
     *) return 1 ;;
     esac

@@ -98,7 +98,7 @@ comp_at "lease acquire k --ttl "
 assert_eq "$OUT" "" "nothing is offered for a duration"
 
 section "store URLs: the schemes of this binary's stores"
-STORES=$("$LEASE" --version | sed -n 's/^stores: //p')
+STORES=$(lease_stores)
 assert_contains "$STORES" sqlite "lease --version names its stores"
 comp_at "lease --store "
 offers "sqlite:" "lease --store <TAB>"

@@ -10,6 +10,7 @@ packages=(
   clang libclang-rt-14-dev llvm-14   # the clang builds and the fuzz targets: clang, its libFuzzer runtime, llvm-symbolizer for stacks
   libcmocka-dev python3 sqlite3 jq postgresql-15 redis-server redis-sentinel redis-tools etcd-server etcd-client prometheus curl openssl iproute2 coreutils util-linux man-db groff-base   # the tests
   debhelper dpkg-dev   # the Debian packages (tests/package)
+  lua5.1   # luac5.1 -p checks the Redis scripts (Redis runs Lua 5.1)
 )
 
 missing=()

@@ -759,7 +759,7 @@ static int etcd_token_field(uint64_t *out, json_t *o, const char *name,
 {
     int64_t v = etcd_jint(o, name);
 
-    if (v <= 0)
+    if (!lease__token_ok((uint64_t)v))
         return lease__seterr(LEASE_ESTORE, "etcd %s: malformed answer: %s %lld is "
                              "not a token (1 .. 2^63-1)", what, name, (long long)v);
     *out = (uint64_t)v;
@@ -778,7 +778,8 @@ static int etcd_token_text(uint64_t *out, const char *text, size_t n)
     for (i = 0; i < n; i++) {
         uint64_t d = (uint64_t)(text[i] - '0');
 
-        if (text[i] < '0' || text[i] > '9' || v > (LEASE__TOKEN_MAX - d) / 10)
+        /* Only overflow is checked here: the range is lease__token_ok's. */
+        if (text[i] < '0' || text[i] > '9' || v > (UINT64_MAX - d) / 10)
             return -1;
         v = v * 10 + d;
     }
@@ -1145,7 +1146,7 @@ static void etcd_prune_history(etcd_store *s, const char *key)
      * "ended/L/K/" up to (excluding) "ended/L/K/<its token + 1>". */
     last = etcd_jint(json_array_get(kvs, ndel - 1), "create_revision");
     json_decref(res);
-    if (last <= 0 || (uint64_t)last >= LEASE__TOKEN_MAX) {
+    if (!lease__token_ok((uint64_t)last) || !lease__token_ok((uint64_t)last + 1)) {
         json_decref(ops);
         return; /* not a revision: delete nothing rather than guess */
     }
@@ -1647,33 +1648,49 @@ static int etcd_history_lost(lease_store *base, const char *key, const char *own
     return 0;
 }
 
-/*
- * For a key without a lease (etcd drops lease/K alike on a release and on
- * expiry): its last grant, `info->token`, ran out unless its end marker
- * says "released". One more request, only for such keys.
- */
-static int etcd_unheld_state(lease_info *info, etcd_store *s, const char *key,
-                             const char *what)
+/* The ended/ key of grant `token` of `key`: its end marker, if any. */
+static json_t *etcd_marker_key(etcd_store *s, const char *key, uint64_t token)
 {
-    char ended[HNAME_SZ], tok[PAD + 1], *v;
-    json_t *res, *kv;
+    char ended[HNAME_SZ], tok[PAD + 1];
+
+    etcd_pad(tok, token);
+    etcd_hist_name(ended, key, tok);
+    return etcd_jkey(s, "ended/", ended);
+}
+
+/*
+ * The state of a key without a lease (etcd drops lease/K alike on a
+ * release and on expiry), from the answer to a read of its last grant's
+ * end marker (its kv, NULL when there is none): the grant ran out unless
+ * the marker says "released". *state is left as it is then.
+ */
+static int etcd_marker_state(lease_state *state, json_t *kv)
+{
+    char *v = kv ? etcd_kv_value(kv, NULL) : NULL;
+
+    if (kv && v == NULL)
+        return lease__seterr(LEASE_ENOMEM, "out of memory");
+    if (v == NULL || strncmp(v, "released\n", 9) != 0)
+        *state = LEASE_STATE_EXPIRED;
+    free(v);
+    return 0;
+}
+
+/* inspect's key, if it is not held and was granted once: one more request
+ * reads its last grant's end marker. */
+static int etcd_unheld_state(lease_info *info, etcd_store *s, const char *key)
+{
+    json_t *res;
     int rc;
 
     if (info->held || info->token == 0)
         return 0;
-    etcd_pad(tok, info->token);
-    etcd_hist_name(ended, key, tok);
     rc = etcd_call(&res, s, "/v3/kv/range",
-                   json_pack("{s:o}", "key", etcd_jkey(s, "ended/", ended)), what);
+                   json_pack("{s:o}", "key", etcd_marker_key(s, key, info->token)),
+                   "inspect");
     if (rc < 0)
         return rc;
-    kv = json_array_get(json_object_get(res, "kvs"), 0);
-    v = kv ? etcd_kv_value(kv, NULL) : NULL;
-    if (kv && v == NULL)
-        rc = lease__seterr(LEASE_ENOMEM, "out of memory");
-    else if (v == NULL || strncmp(v, "released\n", 9) != 0)
-        info->state = LEASE_STATE_EXPIRED;
-    free(v);
+    rc = etcd_marker_state(&info->state, json_array_get(json_object_get(res, "kvs"), 0));
     json_decref(res);
     return rc;
 }
@@ -1702,7 +1719,7 @@ static int etcd_inspect(lease_info *out, lease_store *base, const char *key)
     if (rc == 0)
         rc = etcd_fill_info(out, s, key, etcd_txn_kv(res, 0), etcd_txn_kv(res, 1), last);
     json_decref(res);
-    return rc < 0 ? rc : etcd_unheld_state(out, s, key, "inspect");
+    return rc < 0 ? rc : etcd_unheld_state(out, s, key);
 }
 
 /* The lease key names of a range's kvs, "<prefix><kind>" (skip bytes)
@@ -1746,11 +1763,82 @@ static json_t *etcd_kv_named(json_t *kvs, char **names, size_t *at, const char *
     return *at < count && strcmp(names[*at], name) == 0 ? json_array_get(kvs, *at) : NULL;
 }
 
+/* Reads in one txn of list's end markers: etcd's default --max-txn-ops. */
+#define MARKERS_MAX 128
+
+/* Read the end markers of `ops` (ranges) in one txn: the answer of op j
+ * gives states[at[j]]. Takes `ops`. */
+static int etcd_read_markers(lease_state *states, etcd_store *s, json_t *ops,
+                             const size_t *at)
+{
+    size_t j, n = json_array_size(ops);
+    json_t *res;
+    int rc;
+
+    /* Each request of a list has the whole timeout: see etcd_list. */
+    etcd_begin(s);
+    rc = etcd_call(&res, s, "/v3/kv/txn", json_pack("{s:o}", "success", ops), "list");
+    if (rc < 0)
+        return rc;
+    for (j = 0; rc == 0 && j < n; j++)
+        rc = etcd_marker_state(&states[at[j]], etcd_txn_kv(res, j));
+    json_decref(res);
+    return rc;
+}
+
+/*
+ * The states of the listed keys that are not held, as etcd_unheld_state
+ * gives inspect's: states[i] for the i-th seen/ kv (kvs[0]), found from
+ * the end markers of all such keys, read in txns of at most MARKERS_MAX
+ * ranges. A key whose seen/ token is malformed is left out: the walk that
+ * delivers the keys reports it when it gets there. *out is freed by the
+ * caller.
+ */
+static int etcd_list_states(lease_state **out, etcd_store *s, json_t *kvs[3],
+                            char **names[3])
+{
+    size_t count = json_array_size(kvs[0]), i, li = 0, n = 0, at[MARKERS_MAX];
+    lease_state *states = calloc(count ? count : 1, sizeof(*states));
+    json_t *ops = json_array();
+    int rc = 0;
+
+    for (i = 0; rc == 0 && states && ops && i < count; i++) {
+        int64_t last = etcd_jint(json_array_get(kvs[0], i), "mod_revision");
+
+        if (names[0][i] == NULL || !lease__token_ok((uint64_t)last) ||
+            etcd_kv_named(kvs[1], names[1], &li, names[0][i]) != NULL)
+            continue;
+        if (json_array_append_new(ops, etcd_op_range(etcd_marker_key(s, names[0][i],
+                                                                     (uint64_t)last))) < 0)
+            break;
+        at[n++] = i;
+        if (n == MARKERS_MAX) {
+            rc = etcd_read_markers(states, s, ops, at);
+            ops = json_array();
+            n = 0;
+        }
+    }
+    if (rc == 0 && (states == NULL || ops == NULL || i < count))
+        rc = lease__seterr(LEASE_ENOMEM, "out of memory listing keys");
+    if (rc == 0 && n > 0) {
+        rc = etcd_read_markers(states, s, ops, at);
+        ops = NULL;
+    }
+    json_decref(ops);
+    if (rc < 0) {
+        free(states);
+        return rc;
+    }
+    *out = states;
+    return 0;
+}
+
 /*
  * One txn reads the seen/, lease/ and meta/ keys under the prefix, at one
- * revision, each range in key order; a merge joins them. Every key costs
- * one more call: a held key its time left on the etcd lease, another
- * whether its last grant was released (etcd_unheld_state).
+ * revision, each range in key order; a merge joins them. The keys that are
+ * not held then need their end markers (released or expired?), read
+ * together in as few txns as etcd allows (etcd_list_states). A held key
+ * costs one more call as it is delivered: its time left on the etcd lease.
  */
 static int etcd_list(lease_store *base, const char *prefix, lease_list_cb cb,
                      void *payload)
@@ -1760,6 +1848,7 @@ static int etcd_list(lease_store *base, const char *prefix, lease_list_cb cb,
     char **names[3];
     size_t skip[3] = { s->prefix_len + 5, s->prefix_len + 6, s->prefix_len + 5 };
     size_t i, li = 0, mi = 0;
+    lease_state *states = NULL;
     int rc;
 
     etcd_begin(s);
@@ -1777,6 +1866,8 @@ static int etcd_list(lease_store *base, const char *prefix, lease_list_cb cb,
     }
     if (names[0] == NULL || names[1] == NULL || names[2] == NULL)
         rc = lease__seterr(LEASE_ENOMEM, "out of memory listing keys");
+    else
+        rc = etcd_list_states(&states, s, kvs, names);
     for (i = 0; rc == 0 && i < json_array_size(kvs[0]); i++) {
         json_t *seen = json_array_get(kvs[0], i);
         lease_info info;
@@ -1792,11 +1883,12 @@ static int etcd_list(lease_store *base, const char *prefix, lease_list_cb cb,
             rc = etcd_fill_info(&info, s, names[0][i],
                            etcd_kv_named(kvs[1], names[1], &li, names[0][i]),
                            etcd_kv_named(kvs[2], names[2], &mi, names[0][i]), last);
-        if (rc == 0)
-            rc = etcd_unheld_state(&info, s, names[0][i], "list");
+        if (rc == 0 && !info.held && info.token != 0)
+            info.state = states[i];
         if (rc == 0)
             rc = cb(&info, payload);
     }
+    free(states);
     for (i = 0; i < 3; i++)
         etcd_free_names(names[i], json_array_size(kvs[i]));
     json_decref(res);

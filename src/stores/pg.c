@@ -15,22 +15,18 @@
  * made by the reference SQL is used as it is (the optional holder_label
  * and lease_ttl_ms columns are used only if present). Acquire, renew and
  * release are the reference statements, one round trip each, prepared once
- * per connection, with clock_timestamp() as the only clock.
+ * per connection, with clock_timestamp() as the only clock. They name the
+ * tables, so they are built here (one builder each, under "statements");
+ * the tables' DDL and the catalog queries are files of their own in
+ * src/stores/pg/ (schema.sql, history.sql: psql can run them alone).
  *
  * The grant history (lease/history.h) is one row per grant, primary key
  * (resource_key, fencing_token), written by the same acquire and release
- * statements (data-modifying CTEs), so a grant is never left out:
- *
- *   CREATE TABLE lease_history (resource_key text, fencing_token bigint,
- *     owner_id uuid NOT NULL, holder_label text, lease_ttl_ms bigint NOT NULL,
- *     acquired_at timestamptz NOT NULL,
- *     ended text CHECK (ended IN ('released', 'expired', 'lost')),
- *     ended_at timestamptz, PRIMARY KEY (resource_key, fencing_token));
- *
- * (ended NULL: still held). It is created when missing, also next to
- * tables made before it existed; a role that may not create it (or not
- * write it) still gets every other operation, and lease_history() answers
- * LEASE_EUNSUPPORTED saying why.
+ * statements (data-modifying CTEs), so a grant is never left out (see
+ * history.sql; ended NULL: still held). It is created when missing, also
+ * next to tables made before it existed; a role that may not create it (or
+ * not write it) still gets every other operation, and lease_history()
+ * answers LEASE_EUNSUPPORTED saying why.
  *
  * Every call is bounded: queries go out asynchronously and the socket is
  * polled until the handle's timeout; a query with no answer in time drops
@@ -51,6 +47,7 @@
 #include <strings.h>
 #include <libpq-fe.h>
 
+#include "pg_text.h"
 #include "store_int.h"
 
 #define NOTIFY_CHANNEL "lease_release"
@@ -582,6 +579,8 @@ static char *pg_fmt(const char *f, ...)
     return out;
 }
 
+/* ---- statements: one builder each, tables by name -------------------- */
+
 /* The time left on the store's clock, in ms, 0 once past (and for the
  * reference SQL's '-infinity' of a released row). */
 #define REMAINING(t) \
@@ -595,34 +594,39 @@ static char *pg_fmt(const char *f, ...)
     "CASE WHEN isfinite(" x ") THEN floor(EXTRACT(EPOCH FROM " x ") * 1000)::bigint " \
     "ELSE 0 END"
 
-static int build_sql(pg_store *s, int has_label, int has_ttl)
+/* The optional columns describe the grant whose token is in holder_token:
+ * a lease taken by the reference SQL run by hand leaves them as they were,
+ * and must not be shown with its predecessor's label. */
+static const char *label_col(int has_label)
 {
-    const char *L = s->lease_table, *F = s->fence_table, *D = s->data_table;
-    const char *H = s->history_why ? NULL : s->history_table;
-    char *upsert;
-    /* The optional columns describe the grant whose token is in
-     * holder_token: a lease taken by the reference SQL run by hand leaves them as
-     * they were, and must not be shown with its predecessor's label. */
-    const char *label = has_label ? "CASE WHEN l.holder_token = l.fencing_token "
-                                    "THEN l.holder_label END"
-                                  : "NULL::text";
-    const char *ttl = has_ttl ? "CASE WHEN l.holder_token = l.fencing_token "
-                                "THEN l.lease_ttl_ms END"
-                              : "NULL::bigint";
-    const char *token_col = has_label || has_ttl ? ", holder_token" : "";
-    const char *token_val = has_label || has_ttl ? ", 1" : "";
-    const char *token_set = has_label || has_ttl
+    return has_label ? "CASE WHEN l.holder_token = l.fencing_token "
+                       "THEN l.holder_label END"
+                     : "NULL::text";
+}
+
+static const char *ttl_col(int has_ttl)
+{
+    return has_ttl ? "CASE WHEN l.holder_token = l.fencing_token "
+                     "THEN l.lease_ttl_ms END"
+                   : "NULL::bigint";
+}
+
+/* The reference upsert. One change: the owner that already holds the
+ * unexpired lease may acquire again (a retry whose answer was lost)
+ * and keeps its token, with a new expiry. With a history it reads
+ * its row from `o` first (see sql_acquire_history), hence SELECT instead
+ * of VALUES. */
+static char *lease_upsert(const pg_store *s, int has_label, int has_ttl, int history)
+{
+    const char *lease_table = s->lease_table;
+    int holder = has_label || has_ttl;
+    const char *token_set = holder
         ? ", holder_token = CASE WHEN l.owner_id = EXCLUDED.owner_id "
           "AND l.lease_until > clock_timestamp() THEN l.fencing_token "
           "ELSE l.fencing_token + 1 END"
         : "";
-    int i;
 
-    /* The reference upsert. One change: the owner that already holds the
-     * unexpired lease may acquire again (a retry whose answer was lost)
-     * and keeps its token, with a new expiry. With a history it reads
-     * its row from `o` first (see below), hence SELECT instead of VALUES. */
-    upsert = pg_fmt(
+    return pg_fmt(
         "INSERT INTO %s AS l (resource_key, owner_id, lease_until, fencing_token%s%s%s) "
         "%s$1, $2::uuid, clock_timestamp() + $3::interval, 1%s%s%s%s "
         "ON CONFLICT (resource_key) DO UPDATE "
@@ -633,129 +637,184 @@ static int build_sql(pg_store *s, int has_label, int has_ttl)
         "ELSE l.fencing_token + 1 END%s%s%s "
         "WHERE l.lease_until <= clock_timestamp() OR l.owner_id = EXCLUDED.owner_id "
         "RETURNING l.fencing_token%s",
-        L, has_label ? ", holder_label" : "", has_ttl ? ", lease_ttl_ms" : "", token_col,
-        H ? "SELECT " : "VALUES (",
-        has_label ? ", NULLIF($4, '')" : "", has_ttl ? ", $5::bigint" : "", token_val,
-        H ? " FROM (SELECT count(*) FROM o) AS locked" : ")",
+        lease_table, has_label ? ", holder_label" : "",
+        has_ttl ? ", lease_ttl_ms" : "", holder ? ", holder_token" : "",
+        history ? "SELECT " : "VALUES (",
+        has_label ? ", NULLIF($4, '')" : "", has_ttl ? ", $5::bigint" : "",
+        holder ? ", 1" : "",
+        history ? " FROM (SELECT count(*) FROM o) AS locked" : ")",
         has_label ? ", holder_label = EXCLUDED.holder_label" : "",
         has_ttl ? ", lease_ttl_ms = EXCLUDED.lease_ttl_ms" : "", token_set,
-        H ? ", l.lease_until" : "");
-    /*
-     * With a history, the same statement records the grant (one round
-     * trip, one transaction). The history needs the row as it was before
-     * the upsert: the previous token tells a new grant from a holder's
-     * retry (which records nothing), and its lease_until is when the
-     * previous grant expired. `o` reads it FOR UPDATE, so it is the
-     * latest version, the very one the upsert then changes (a plain read
-     * would see the statement's snapshot, older than the row a concurrent
-     * acquire may have just committed); the upsert's source counts `o`,
-     * so `o` runs, and locks, before the upsert touches the row.
-     *   g  the new token, only when it is new;
-     *   h  its entry, acquired when the expiry was computed (expiry -
-     *      acquired is the ttl exactly); a row already there for that
-     *      token is a leftover of a lease table dropped and made anew
-     *      (tokens restarted) or of another lease table sharing this
-     *      history: replaced;
-     *   e  grants before it still unended: the previous one expired at
-     *      its lease_until (or was released by the reference SQL,
-     *      which leaves owner_id NULL and writes no history); older ones
-     *      (grants made by SQL that keeps no history came in between) at
-     *      a time unknown. An UPDATE sees the statement's snapshot: if
-     *      the previous grant committed after it was taken and expired
-     *      before the row lock came (a ttl shorter than this statement),
-     *      its entry is not found here; it reads expired all the same
-     *      (the core checks held entries) and the next grant marks it,
-     *      without a time;
-     *   p  prunes all but the newest LEASE_HISTORY_KEEP tokens (tokens of
-     *      a key are consecutive here), and leftovers above the new token.
-     * h, e and p touch disjoint rows, as one statement must.
-     */
-    if (H && upsert) {
-        s->sql[ST_ACQUIRE] = pg_fmt(
-            "WITH o AS MATERIALIZED (SELECT fencing_token AS token, "
-            "lease_until AS until, owner_id AS owner FROM %s "
-            "WHERE resource_key = $1 FOR UPDATE), "
-            "a AS (%s), "
-            "g AS (SELECT a.fencing_token AS token, a.lease_until AS until FROM a "
-            "WHERE a.fencing_token IS DISTINCT FROM (SELECT o.token FROM o)), "
-            "h AS (INSERT INTO %s AS h (resource_key, fencing_token, owner_id, "
-            "holder_label, lease_ttl_ms, acquired_at) "
-            "SELECT $1, g.token, $2::uuid, NULLIF($4, ''), $5::bigint, "
-            "g.until - $3::interval FROM g "
-            "ON CONFLICT (resource_key, fencing_token) DO UPDATE "
-            "SET owner_id = EXCLUDED.owner_id, holder_label = EXCLUDED.holder_label, "
-            "lease_ttl_ms = EXCLUDED.lease_ttl_ms, acquired_at = EXCLUDED.acquired_at, "
-            "ended = NULL, ended_at = NULL), "
-            "e AS (UPDATE %s AS h SET "
-            "ended = CASE WHEN h.fencing_token = o.token AND o.owner IS NULL "
-            "THEN 'released' ELSE 'expired' END, "
-            "ended_at = CASE WHEN h.fencing_token = o.token AND o.owner IS NOT NULL "
-            "AND isfinite(o.until) THEN o.until END "
-            "FROM g LEFT JOIN o ON true "
-            "WHERE h.resource_key = $1 AND h.ended IS NULL "
-            "AND h.fencing_token < g.token AND h.fencing_token > g.token - %d), "
-            "p AS (DELETE FROM %s AS h USING g WHERE h.resource_key = $1 "
-            "AND (h.fencing_token <= g.token - %d OR h.fencing_token > g.token)) "
-            "SELECT fencing_token FROM a",
-            L, upsert, H, H, LEASE_HISTORY_KEEP, H, LEASE_HISTORY_KEEP);
-        free(upsert);
-    } else {
-        s->sql[ST_ACQUIRE] = upsert;
-    }
-    s->sql[ST_HOLDER] = pg_fmt(
+        history ? ", l.lease_until" : "");
+}
+
+/* Acquire without a history: the upsert alone. */
+static char *sql_acquire(const pg_store *s, int has_label, int has_ttl)
+{
+    return lease_upsert(s, has_label, has_ttl, 0);
+}
+
+/*
+ * With a history, the same statement records the grant (one round
+ * trip, one transaction). The history needs the row as it was before
+ * the upsert: the previous token tells a new grant from a holder's
+ * retry (which records nothing), and its lease_until is when the
+ * previous grant expired. `o` reads it FOR UPDATE, so it is the
+ * latest version, the very one the upsert then changes (a plain read
+ * would see the statement's snapshot, older than the row a concurrent
+ * acquire may have just committed); the upsert's source counts `o`,
+ * so `o` runs, and locks, before the upsert touches the row.
+ *   g  the new token, only when it is new;
+ *   h  its entry, acquired when the expiry was computed (expiry -
+ *      acquired is the ttl exactly); a row already there for that
+ *      token is a leftover of a lease table dropped and made anew
+ *      (tokens restarted) or of another lease table sharing this
+ *      history: replaced;
+ *   e  grants before it still unended: the previous one expired at
+ *      its lease_until (or was released by the reference SQL,
+ *      which leaves owner_id NULL and writes no history); older ones
+ *      (grants made by SQL that keeps no history came in between) at
+ *      a time unknown. An UPDATE sees the statement's snapshot: if
+ *      the previous grant committed after it was taken and expired
+ *      before the row lock came (a ttl shorter than this statement),
+ *      its entry is not found here; it reads expired all the same
+ *      (the core checks held entries) and the next grant marks it,
+ *      without a time;
+ *   p  prunes all but the newest LEASE_HISTORY_KEEP tokens (tokens of
+ *      a key are consecutive here), and leftovers above the new token.
+ * h, e and p touch disjoint rows, as one statement must.
+ */
+static char *sql_acquire_history(const pg_store *s, int has_label, int has_ttl)
+{
+    const char *lease_table = s->lease_table, *history_table = s->history_table;
+    char *upsert = lease_upsert(s, has_label, has_ttl, 1), *sql;
+
+    if (upsert == NULL)
+        return NULL;
+    sql = pg_fmt(
+        "WITH o AS MATERIALIZED (SELECT fencing_token AS token, "
+        "lease_until AS until, owner_id AS owner FROM %s "
+        "WHERE resource_key = $1 FOR UPDATE), "
+        "a AS (%s), "
+        "g AS (SELECT a.fencing_token AS token, a.lease_until AS until FROM a "
+        "WHERE a.fencing_token IS DISTINCT FROM (SELECT o.token FROM o)), "
+        "h AS (INSERT INTO %s AS h (resource_key, fencing_token, owner_id, "
+        "holder_label, lease_ttl_ms, acquired_at) "
+        "SELECT $1, g.token, $2::uuid, NULLIF($4, ''), $5::bigint, "
+        "g.until - $3::interval FROM g "
+        "ON CONFLICT (resource_key, fencing_token) DO UPDATE "
+        "SET owner_id = EXCLUDED.owner_id, holder_label = EXCLUDED.holder_label, "
+        "lease_ttl_ms = EXCLUDED.lease_ttl_ms, acquired_at = EXCLUDED.acquired_at, "
+        "ended = NULL, ended_at = NULL), "
+        "e AS (UPDATE %s AS h SET "
+        "ended = CASE WHEN h.fencing_token = o.token AND o.owner IS NULL "
+        "THEN 'released' ELSE 'expired' END, "
+        "ended_at = CASE WHEN h.fencing_token = o.token AND o.owner IS NOT NULL "
+        "AND isfinite(o.until) THEN o.until END "
+        "FROM g LEFT JOIN o ON true "
+        "WHERE h.resource_key = $1 AND h.ended IS NULL "
+        "AND h.fencing_token < g.token AND h.fencing_token > g.token - %d), "
+        "p AS (DELETE FROM %s AS h USING g WHERE h.resource_key = $1 "
+        "AND (h.fencing_token <= g.token - %d OR h.fencing_token > g.token)) "
+        "SELECT fencing_token FROM a",
+        lease_table, upsert, history_table, history_table, LEASE_HISTORY_KEEP,
+        history_table, LEASE_HISTORY_KEEP);
+    free(upsert);
+    return sql;
+}
+
+/* Who holds a busy lease: acquire's second statement. */
+static char *sql_holder(const pg_store *s, int has_label, int has_ttl)
+{
+    return pg_fmt(
         "SELECT l.owner_id::text, %s, l.fencing_token, " REMAINING("l") ", %s "
         "FROM %s l WHERE l.resource_key = $1 AND " ALIVE("l"),
-        label, ttl, L);
-    s->sql[ST_RENEW] = pg_fmt(
+        label_col(has_label), ttl_col(has_ttl), s->lease_table);
+}
+
+static char *sql_renew(const pg_store *s, int has_label, int has_ttl)
+{
+    (void)has_label;
+    return pg_fmt(
         "UPDATE %s AS l SET lease_until = clock_timestamp() + $4::interval%s "
         "WHERE l.resource_key = $1 AND l.owner_id = $2::uuid "
         "AND l.fencing_token = $3 AND l.lease_until > clock_timestamp() "
         "RETURNING l.lease_until",
-        L, has_ttl ? ", lease_ttl_ms = $5::bigint" : "");
-    /* The reference release, and a notification for waiters in the same
-     * round trip (sent on commit, so only for a release that happened).
-     * With a history, the same statement ends the grant's entry; only a
-     * release that happened does (FROM r). The reference release accepts
-     * the owner of an expired lease nobody took since; if its renew was
-     * refused first, the grant stays lost: its authority had ended. */
-    s->sql[ST_RELEASE] = pg_fmt(
+        s->lease_table, has_ttl ? ", lease_ttl_ms = $5::bigint" : "");
+}
+
+/* The reference release, and a notification for waiters in the same
+ * round trip (sent on commit, so only for a release that happened).
+ * With a history, the same statement ends the grant's entry; only a
+ * release that happened does (FROM r). The reference release accepts
+ * the owner of an expired lease nobody took since; if its renew was
+ * refused first, the grant stays lost: its authority had ended. */
+static char *sql_release(const pg_store *s, int has_label, int has_ttl)
+{
+    const char *history_table = s->history_why ? NULL : s->history_table;
+
+    return pg_fmt(
         "WITH r AS (UPDATE %s SET owner_id = NULL, "
         "lease_until = '-infinity'::timestamptz%s%s "
         "WHERE resource_key = $1 AND owner_id = $2::uuid AND fencing_token = $3 "
         "RETURNING resource_key)%s%s%s "
         "SELECT pg_notify('" NOTIFY_CHANNEL "', resource_key) FROM r",
-        L, has_label ? ", holder_label = NULL" : "",
+        s->lease_table, has_label ? ", holder_label = NULL" : "",
         has_ttl ? ", lease_ttl_ms = NULL" : "",
-        H ? ", h AS (UPDATE " : "", H ? H : "",
-        H ? " AS h SET ended = 'released', ended_at = clock_timestamp() FROM r "
-            "WHERE h.resource_key = $1 AND h.fencing_token = $3 "
-            "AND h.owner_id = $2::uuid "
-            "AND (h.ended IS NULL OR h.ended = 'expired'))" : "");
-    s->sql[ST_INSPECT] = pg_fmt(
+        history_table ? ", h AS (UPDATE " : "", history_table ? history_table : "",
+        history_table ? " AS h SET ended = 'released', ended_at = clock_timestamp() "
+                        "FROM r WHERE h.resource_key = $1 AND h.fencing_token = $3 "
+                        "AND h.owner_id = $2::uuid "
+                        "AND (h.ended IS NULL OR h.ended = 'expired'))" : "");
+}
+
+static char *sql_inspect(const pg_store *s, int has_label, int has_ttl)
+{
+    return pg_fmt(
         "SELECT l.resource_key, l.owner_id::text, %s, l.fencing_token, "
         REMAINING("l") ", %s, " ALIVE("l") " "
         "FROM %s l WHERE l.resource_key = $1",
-        label, ttl, L);
-    /* Prefixes compare bytes (no LIKE: keys may hold '%%' and '_'). */
-    s->sql[ST_LIST] = pg_fmt(
+        label_col(has_label), ttl_col(has_ttl), s->lease_table);
+}
+
+/* Prefixes compare bytes (no LIKE: keys may hold '%' and '_'). */
+static char *sql_list(const pg_store *s, int has_label, int has_ttl)
+{
+    return pg_fmt(
         "SELECT l.resource_key, l.owner_id::text, %s, l.fencing_token, "
         REMAINING("l") ", %s, " ALIVE("l") " "
         "FROM %s l WHERE substring(convert_to(l.resource_key, 'UTF8') FROM 1 "
         "FOR length($1::bytea)) = $1::bytea "
         "OR left(l.resource_key, 1) = chr(65535)",
-        label, ttl, L);
-    s->sql[ST_FENCE_RAISE] = pg_fmt(
+        label_col(has_label), ttl_col(has_ttl), s->lease_table);
+}
+
+static char *sql_fence_raise(const pg_store *s)
+{
+    return pg_fmt(
         "INSERT INTO %s AS f (resource, mark) VALUES ($1, $2) "
         "ON CONFLICT (resource) DO UPDATE SET mark = EXCLUDED.mark "
         "WHERE f.mark <= EXCLUDED.mark RETURNING f.mark",
-        F);
-    s->sql[ST_FENCE_MARK] = pg_fmt("SELECT mark FROM %s WHERE resource = $1", F);
-    /* The reference guarded-transaction check: exactly one row, locked. */
-    s->sql[ST_CHECK_HOLDER] = pg_fmt(
+        s->fence_table);
+}
+
+static char *sql_fence_mark(const pg_store *s)
+{
+    return pg_fmt("SELECT mark FROM %s WHERE resource = $1", s->fence_table);
+}
+
+/* The reference guarded-transaction check: exactly one row, locked. */
+static char *sql_check_holder(const pg_store *s)
+{
+    return pg_fmt(
         "SELECT 1 FROM %s WHERE resource_key = $1 AND owner_id = $2::uuid "
         "AND fencing_token = $3 AND lease_until > clock_timestamp() FOR UPDATE",
-        L);
-    s->sql[ST_DATA_PUT] = pg_fmt(
+        s->lease_table);
+}
+
+static char *sql_data_put(const pg_store *s)
+{
+    return pg_fmt(
         "WITH holder AS (SELECT 1 FROM %s WHERE resource_key = $1 "
         "AND owner_id = $2::uuid AND fencing_token = $3 "
         "AND lease_until > clock_timestamp() FOR UPDATE) "
@@ -764,119 +823,216 @@ static int build_sql(pg_store *s, int has_label, int has_ttl)
         "ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value, "
         "token = EXCLUDED.token, resource_key = EXCLUDED.resource_key "
         "RETURNING 1",
-        L, D);
-    s->sql[ST_DATA_GET] = pg_fmt("SELECT value, token FROM %s WHERE name = $1", D);
-    if (H) {
-        /*
-         * Newest first. An entry still unended whose grant the lease row
-         * shows ended is told here, with the time the row has, in the same
-         * snapshot: expired at its lease_until, or released by SQL that
-         * keeps no history (owner_id NULL), time unknown. Any other
-         * unended entry stays held, for the core to check with inspect.
-         */
-        s->sql[ST_HISTORY] = pg_fmt(
-            "SELECT h.fencing_token, h.owner_id::text, h.holder_label, "
-            "h.lease_ttl_ms, " EPOCH_MS("h.acquired_at") ", "
-            "CASE WHEN h.ended IS NOT NULL THEN h.ended "
-            "WHEN l.fencing_token = h.fencing_token AND l.owner_id IS NULL "
-            "THEN 'released' "
-            "WHEN l.fencing_token = h.fencing_token AND l.owner_id = h.owner_id "
-            "AND l.lease_until <= clock_timestamp() THEN 'expired' END, "
-            "CASE WHEN h.ended IS NOT NULL THEN " EPOCH_MS("h.ended_at") " "
-            "WHEN l.fencing_token = h.fencing_token AND l.owner_id = h.owner_id "
-            "AND l.lease_until <= clock_timestamp() THEN " EPOCH_MS("l.lease_until") " "
-            "ELSE 0 END "
-            "FROM %s h LEFT JOIN %s l ON l.resource_key = h.resource_key "
-            "WHERE h.resource_key = $1 ORDER BY h.fencing_token DESC LIMIT $2",
-            H, L);
-        /* A refused renew: lost, unless released. It ended when its lease
-         * expired: a time already recorded (a successor found it expired),
-         * else the lease row's, while the row still has this grant, else
-         * (the row was released by raw SQL, say) now. */
-        s->sql[ST_HISTORY_LOST] = pg_fmt(
-            "UPDATE %s AS h SET ended = 'lost', "
-            "ended_at = coalesce(h.ended_at, (SELECT l.lease_until FROM %s l "
-            "WHERE l.resource_key = $1 AND l.fencing_token = $3 "
-            "AND l.owner_id = $2::uuid AND isfinite(l.lease_until) "
-            "AND l.lease_until <= clock_timestamp()), clock_timestamp()) "
-            "WHERE h.resource_key = $1 AND h.fencing_token = $3 "
-            "AND h.owner_id = $2::uuid AND h.ended IS DISTINCT FROM 'released'",
-            H, L);
-    }
-    for (i = 0; i < ST_COUNT; i++)
-        if (s->sql[i] == NULL &&
-            (H || (i != ST_HISTORY && i != ST_HISTORY_LOST)))
-            return lease__seterr(LEASE_ENOMEM, "out of memory");
-    return 0;
+        s->lease_table, s->data_table);
+}
+
+static char *sql_data_get(const pg_store *s)
+{
+    return pg_fmt("SELECT value, token FROM %s WHERE name = $1", s->data_table);
 }
 
 /*
- * Create what is missing, under a transaction-level advisory lock so that
- * many processes opening a fresh database at once do not race on CREATE.
- * Then see which optional columns the lease table has.
+ * Newest first. An entry still unended whose grant the lease row
+ * shows ended is told here, with the time the row has, in the same
+ * snapshot: expired at its lease_until, or released by SQL that
+ * keeps no history (owner_id NULL), time unknown. Any other
+ * unended entry stays held, for the core to check with inspect.
+ */
+static char *sql_history(const pg_store *s)
+{
+    return pg_fmt(
+        "SELECT h.fencing_token, h.owner_id::text, h.holder_label, "
+        "h.lease_ttl_ms, " EPOCH_MS("h.acquired_at") ", "
+        "CASE WHEN h.ended IS NOT NULL THEN h.ended "
+        "WHEN l.fencing_token = h.fencing_token AND l.owner_id IS NULL "
+        "THEN 'released' "
+        "WHEN l.fencing_token = h.fencing_token AND l.owner_id = h.owner_id "
+        "AND l.lease_until <= clock_timestamp() THEN 'expired' END, "
+        "CASE WHEN h.ended IS NOT NULL THEN " EPOCH_MS("h.ended_at") " "
+        "WHEN l.fencing_token = h.fencing_token AND l.owner_id = h.owner_id "
+        "AND l.lease_until <= clock_timestamp() THEN " EPOCH_MS("l.lease_until") " "
+        "ELSE 0 END "
+        "FROM %s h LEFT JOIN %s l ON l.resource_key = h.resource_key "
+        "WHERE h.resource_key = $1 ORDER BY h.fencing_token DESC LIMIT $2",
+        s->history_table, s->lease_table);
+}
+
+/* A refused renew: lost, unless released. It ended when its lease
+ * expired: a time already recorded (a successor found it expired),
+ * else the lease row's, while the row still has this grant, else
+ * (the row was released by raw SQL, say) now. */
+static char *sql_history_lost(const pg_store *s)
+{
+    return pg_fmt(
+        "UPDATE %s AS h SET ended = 'lost', "
+        "ended_at = coalesce(h.ended_at, (SELECT l.lease_until FROM %s l "
+        "WHERE l.resource_key = $1 AND l.fencing_token = $3 "
+        "AND l.owner_id = $2::uuid AND isfinite(l.lease_until) "
+        "AND l.lease_until <= clock_timestamp()), clock_timestamp()) "
+        "WHERE h.resource_key = $1 AND h.fencing_token = $3 "
+        "AND h.owner_id = $2::uuid AND h.ended IS DISTINCT FROM 'released'",
+        s->history_table, s->lease_table);
+}
+
+/*
+ * Every statement, by its builder: `cols` for those that depend on the
+ * lease table's optional columns, `plain` for the others. Acquire has one
+ * builder per case; the history's statements exist only with a history.
+ */
+enum { ALWAYS, WITHOUT_HISTORY, WITH_HISTORY };
+
+static const struct {
+    int st;
+    int when;
+    char *(*cols)(const pg_store *s, int has_label, int has_ttl);
+    char *(*plain)(const pg_store *s);
+} builders[] = {
+    { ST_ACQUIRE, WITHOUT_HISTORY, .cols = sql_acquire },
+    { ST_ACQUIRE, WITH_HISTORY, .cols = sql_acquire_history },
+    { ST_HOLDER, ALWAYS, .cols = sql_holder },
+    { ST_RENEW, ALWAYS, .cols = sql_renew },
+    { ST_RELEASE, ALWAYS, .cols = sql_release },
+    { ST_INSPECT, ALWAYS, .cols = sql_inspect },
+    { ST_LIST, ALWAYS, .cols = sql_list },
+    { ST_FENCE_RAISE, ALWAYS, .plain = sql_fence_raise },
+    { ST_FENCE_MARK, ALWAYS, .plain = sql_fence_mark },
+    { ST_CHECK_HOLDER, ALWAYS, .plain = sql_check_holder },
+    { ST_DATA_PUT, ALWAYS, .plain = sql_data_put },
+    { ST_DATA_GET, ALWAYS, .plain = sql_data_get },
+    { ST_HISTORY, WITH_HISTORY, .plain = sql_history },
+    { ST_HISTORY_LOST, WITH_HISTORY, .plain = sql_history_lost },
+};
+
+/* The statements, from the quoted table names, the lease table's optional
+ * columns and whether there is a history (setup_history said). */
+static int build_sql(pg_store *s, int has_label, int has_ttl)
+{
+    int skip = s->history_why ? WITH_HISTORY : WITHOUT_HISTORY;
+    size_t i;
+
+    for (i = 0; i < sizeof(builders) / sizeof(builders[0]); i++) {
+        int st = builders[i].st;
+
+        if (builders[i].when == skip)
+            continue;
+        s->sql[st] = builders[i].cols ? builders[i].cols(s, has_label, has_ttl)
+                                      : builders[i].plain(s);
+        if (s->sql[st] == NULL)
+            return lease__seterr(LEASE_ENOMEM, "out of memory");
+    }
+    return 0;
+}
+
+/* ---- schema: tables made when missing (src/stores/pg/) -------------- */
+
+/*
+ * A .sql file written for psql's variables (:lease_table ...) made into
+ * what the server gets: each :name the table's quoted name, so the file
+ * a DBA runs with psql -v and the one the store runs are the same. Any
+ * other name is a mistake in the file, said as such rather than sent. As
+ * psql does, a cast (::) and what is inside quotes are left alone.
+ */
+static int sql_subst(char **out, const pg_store *s, const char *sql)
+{
+    const struct {
+        const char *name, *value;
+    } vars[] = {
+        { "lease_table", s->lease_table },
+        { "fence_table", s->fence_table },
+        { "data_table", s->data_table },
+        { "history_table", s->history_table },
+    };
+    size_t size = 0, n, i, nvars = sizeof(vars) / sizeof(vars[0]);
+    int quoted = 0;
+    FILE *f;
+
+    *out = NULL;
+    if ((f = open_memstream(out, &size)) == NULL)
+        return lease__seterr(LEASE_ENOMEM, "out of memory");
+    for (; *sql; sql += n) {
+        n = 1;
+        if (*sql == '\'')
+            quoted = !quoted;
+        if (quoted || sql[0] != ':' || sql[1] == ':' || !islower((unsigned char)sql[1])) {
+            n = sql[0] == ':' && sql[1] == ':' && !quoted ? 2 : 1;
+            fwrite(sql, 1, n, f);
+            continue;
+        }
+        n = strspn(sql + 1, "abcdefghijklmnopqrstuvwxyz0123456789_");
+        for (i = 0; i < nvars; i++)
+            if (strlen(vars[i].name) == n && strncmp(vars[i].name, sql + 1, n) == 0)
+                break;
+        if (i == nvars || vars[i].value == NULL) {
+            fclose(f);
+            free(*out);
+            *out = NULL;
+            return lease__seterr(LEASE_ESTORE, "postgres: the store's SQL names "
+                                 "an unknown variable ':%.*s' (a bug in liblease)",
+                                 (int)n, sql + 1);
+        }
+        fputs(vars[i].value, f);
+        n++;
+    }
+    if (fclose(f) != 0 || *out == NULL) {
+        free(*out);
+        *out = NULL;
+        return lease__seterr(LEASE_ENOMEM, "out of memory");
+    }
+    return 0;
+}
+
+/* Creating tables happens under a transaction-level advisory lock, so that
+ * many processes opening a fresh database at once do not race on CREATE. */
+static void schema_lock(char *buf, size_t size)
+{
+    snprintf(buf, size, "SELECT pg_advisory_xact_lock(%lld)",
+             (long long)lease_advisory_key("lease schema"));
+}
+
+/* The lease, fence and data tables (schema.sql), in one transaction. */
+static int create_schema(pg_store *s, int64_t end)
+{
+    char *ddl, lock[96];
+    int rc;
+
+    if ((rc = sql_subst(&ddl, s, LEASE_PG_SCHEMA)) < 0)
+        return rc;
+    schema_lock(lock, sizeof(lock));
+    if ((rc = pg_command(s, "BEGIN", "create schema", end)) < 0 ||
+        (rc = pg_command(s, lock, "create schema", end)) < 0 ||
+        (rc = pg_command(s, ddl, "create schema", end)) < 0 ||
+        (rc = pg_command(s, "COMMIT", "create schema", end)) < 0) {
+        if (s->conn)
+            pg_command(s, "ROLLBACK", "rollback", end);
+    }
+    free(ddl);
+    return rc;
+}
+
+/*
+ * Create what is missing, then see which optional columns the lease
+ * table has.
  */
 static int setup_schema(pg_store *s, int *has_label, int *has_ttl, int64_t end)
 {
-    char *ddl, lock[96], state[6];
-    const char *v[1], *v3[3];
+    const char *v[1] = { s->lease_table };
+    const char *v3[3] = { s->lease_table, s->fence_table, s->data_table };
+    char state[6];
     PGresult *res;
     int rc, exists;
 
-    snprintf(lock, sizeof(lock), "SELECT pg_advisory_xact_lock(%lld)",
-             (long long)lease_advisory_key("lease schema"));
-    ddl = pg_fmt("CREATE TABLE IF NOT EXISTS %s ("
-              " resource_key text PRIMARY KEY,"
-              " owner_id uuid,"
-              " lease_until timestamptz NOT NULL DEFAULT '-infinity'::timestamptz,"
-              " fencing_token bigint NOT NULL DEFAULT 0 CHECK (fencing_token >= 0),"
-              " holder_label text,"
-              " lease_ttl_ms bigint,"
-              " holder_token bigint);"
-              "CREATE TABLE IF NOT EXISTS %s ("
-              " resource text PRIMARY KEY,"
-              " mark bigint NOT NULL CHECK (mark >= 0));"
-              "CREATE TABLE IF NOT EXISTS %s ("
-              " name text PRIMARY KEY,"
-              " value bytea NOT NULL,"
-              " token bigint NOT NULL,"
-              " resource_key text NOT NULL);",
-              s->lease_table, s->fence_table, s->data_table);
-    if (ddl == NULL)
-        return lease__seterr(LEASE_ENOMEM, "out of memory");
     /* Existing tables are used as they are: no DDL, so a role without
      * CREATE rights works on a database prepared by someone else. */
-    v3[0] = s->lease_table;
-    v3[1] = s->fence_table;
-    v3[2] = s->data_table;
-    if ((rc = pg_run(&res, state, s,
-                  "SELECT to_regclass($1) IS NOT NULL AND "
-                  "to_regclass($2) IS NOT NULL AND to_regclass($3) IS NOT NULL",
-                  3, v3, "look for tables", end)) < 0) {
-        free(ddl);
+    if ((rc = pg_run(&res, state, s, LEASE_PG_TABLES_EXIST, 3, v3,
+                     "look for tables", end)) < 0)
         return rc;
-    }
     exists = PQntuples(res) == 1 && PQgetvalue(res, 0, 0)[0] == 't';
     PQclear(res);
-    if (!exists && ((rc = pg_command(s, "BEGIN", "create schema", end)) < 0 ||
-        (rc = pg_command(s, lock, "create schema", end)) < 0 ||
-        (rc = pg_command(s, ddl, "create schema", end)) < 0 ||
-        (rc = pg_command(s, "COMMIT", "create schema", end)) < 0)) {
-        free(ddl);
-        if (s->conn)
-            pg_command(s, "ROLLBACK", "rollback", end);
+    if (!exists && (rc = create_schema(s, end)) < 0)
         return rc;
-    }
-    free(ddl);
 
-    v[0] = s->lease_table;
-    if ((rc = pg_run(&res, state, s,
-                  "SELECT coalesce(bool_or(attname = 'holder_label'), false) "
-                  "AND coalesce(bool_or(attname = 'holder_token'), false), "
-                  "coalesce(bool_or(attname = 'lease_ttl_ms'), false) "
-                  "AND coalesce(bool_or(attname = 'holder_token'), false) "
-                  "FROM pg_attribute WHERE attrelid = $1::regclass "
-                  "AND NOT attisdropped",
-                  1, v, "read table columns", end)) < 0)
+    if ((rc = pg_run(&res, state, s, LEASE_PG_LEASE_COLUMNS, 1, v,
+                     "read table columns", end)) < 0)
         return rc;
     if (PQntuples(res) != 1) {
         PQclear(res);
@@ -922,99 +1078,59 @@ static int history_refused(pg_store *s, const char *state)
            (strncmp(state, "42", 2) == 0 || strcmp(state, "3F000") == 0);
 }
 
-/*
- * The history table: created when missing, under the schema lock, in a
- * transaction of its own, since it is optional: tables made before it
- * existed (which setup_schema leaves alone) get one, and a role that may
- * not create it, or may not read and write an existing one, or a table of
- * that name that is something else, leaves the store without a history
- * (history() says why) rather than failing it. Then acquire and release
- * use their statements without one.
- */
-static int setup_history(pg_store *s, int64_t end)
+/* The missing history table (history.sql), under the schema lock, in a
+ * transaction of its own. A refusal leaves the store without a history
+ * (history_why set, 0 returned); any other failure fails the open. */
+static int create_history(pg_store *s, int64_t end)
+{
+    char state[6] = "", lock[96], why[768], err[512], *ddl;
+    PGresult *res;
+    int rc, i, refused;
+
+    if ((rc = sql_subst(&ddl, s, LEASE_PG_HISTORY)) < 0)
+        return rc;
+    schema_lock(lock, sizeof(lock));
+    {
+        const char *steps[4] = { "BEGIN", lock, ddl, "COMMIT" };
+
+        for (i = 0, rc = 0; i < 4 && rc == 0; i++) {
+            if ((rc = pg_run(&res, state, s, steps[i], 0, NULL,
+                             "create history table", end)) < 0)
+                break;
+            /* A COMMIT of a failed transaction answers ROLLBACK. */
+            if (i == 3 && strcmp(PQcmdStatus(res), "COMMIT") != 0)
+                rc = lease__seterr(LEASE_ESTORE, "postgres create history "
+                                   "table: not committed");
+            PQclear(res);
+        }
+    }
+    free(ddl);
+    if (rc == 0)
+        return 0;
+    refused = history_refused(s, state);
+    lease__strlcpy(err, lease_errmsg(), sizeof(err));
+    if (s->conn && PQtransactionStatus(s->conn) != PQTRANS_IDLE)
+        pg_command(s, "ROLLBACK", "rollback", end);
+    if (!refused)
+        return lease__seterr(rc, "%s", err);
+    snprintf(why, sizeof(why), "table %s is missing and could not be "
+             "created (%s); open the store once as a role that may "
+             "create it, or grant this one that, then open again",
+             s->history_table, err);
+    return no_history(s, why);
+}
+
+/* Made by us or someone else: the columns and the key the statements
+ * use, and the rights they need; else no history, saying why. */
+static int check_history(pg_store *s, int64_t end)
 {
     const char *v[1] = { s->history_table };
-    char state[6], lock[96], why[768], *ddl;
+    char state[6], why[768];
     PGresult *res;
-    int rc, exists, i;
+    int rc;
 
-    if ((rc = pg_run(&res, state, s, "SELECT to_regclass($1) IS NOT NULL", 1, v,
-                  "look for the history table", end)) < 0) {
-        if (!history_refused(s, state))
-            return rc;
-        snprintf(why, sizeof(why), "cannot look for table %s: %s",
-                 s->history_table, lease_errmsg());
-        return no_history(s, why);
-    }
-    exists = PQntuples(res) == 1 && PQgetvalue(res, 0, 0)[0] == 't';
-    PQclear(res);
-    if (!exists) {
-        snprintf(lock, sizeof(lock), "SELECT pg_advisory_xact_lock(%lld)",
-                 (long long)lease_advisory_key("lease schema"));
-        ddl = pg_fmt("CREATE TABLE IF NOT EXISTS %s ("
-                  " resource_key text NOT NULL,"
-                  " fencing_token bigint NOT NULL,"
-                  " owner_id uuid NOT NULL,"
-                  " holder_label text,"
-                  " lease_ttl_ms bigint NOT NULL,"
-                  " acquired_at timestamptz NOT NULL,"
-                  " ended text CHECK (ended IN ('released', 'expired', 'lost')),"
-                  " ended_at timestamptz,"
-                  " PRIMARY KEY (resource_key, fencing_token))",
-                  s->history_table);
-        if (ddl == NULL)
-            return lease__seterr(LEASE_ENOMEM, "out of memory");
-        {
-            const char *steps[4] = { "BEGIN", lock, ddl, "COMMIT" };
-
-            for (i = 0, rc = 0; i < 4 && rc == 0; i++) {
-                if ((rc = pg_run(&res, state, s, steps[i], 0, NULL,
-                              "create history table", end)) < 0)
-                    break;
-                /* A COMMIT of a failed transaction answers ROLLBACK. */
-                if (i == 3 && strcmp(PQcmdStatus(res), "COMMIT") != 0)
-                    rc = lease__seterr(LEASE_ESTORE, "postgres create history "
-                                       "table: not committed");
-                PQclear(res);
-            }
-        }
-        free(ddl);
-        if (rc < 0) {
-            int refused = history_refused(s, state);
-            char err[512];
-
-            lease__strlcpy(err, lease_errmsg(), sizeof(err));
-            if (s->conn && PQtransactionStatus(s->conn) != PQTRANS_IDLE)
-                pg_command(s, "ROLLBACK", "rollback", end);
-            if (!refused)
-                return lease__seterr(rc, "%s", err);
-            snprintf(why, sizeof(why), "table %s is missing and could not be "
-                     "created (%s); open the store once as a role that may "
-                     "create it, or grant this one that, then open again",
-                     s->history_table, err);
-            return no_history(s, why);
-        }
-    }
-    /* Made by us or someone else: the columns and the key the statements
-     * use, and the rights they need. */
-    if ((rc = pg_run(&res, state, s,
-                  "SELECT (SELECT count(*) FROM pg_attribute "
-                  "WHERE attrelid = $1::regclass AND attnum > 0 AND NOT attisdropped "
-                  "AND attname IN ('resource_key', 'fencing_token', 'owner_id', "
-                  "'holder_label', 'lease_ttl_ms', 'acquired_at', 'ended', "
-                  "'ended_at')) = 8 "
-                  "AND EXISTS (SELECT 1 FROM pg_index i "
-                  "WHERE i.indrelid = $1::regclass AND i.indisunique "
-                  "AND i.indnatts = 2 AND i.indpred IS NULL AND i.indexprs IS NULL "
-                  "AND (SELECT array_agg(a.attname::text ORDER BY a.attname) "
-                  "FROM pg_attribute a WHERE a.attrelid = i.indrelid "
-                  "AND a.attnum = ANY (i.indkey)) = "
-                  "ARRAY['fencing_token', 'resource_key']), "
-                  "has_table_privilege($1, 'SELECT') "
-                  "AND has_table_privilege($1, 'INSERT') "
-                  "AND has_table_privilege($1, 'UPDATE') "
-                  "AND has_table_privilege($1, 'DELETE')",
-                  1, v, "read the history table", end)) < 0) {
+    if ((rc = pg_run(&res, state, s, LEASE_PG_HISTORY_CHECK, 1, v,
+                     "read the history table", end)) < 0) {
         if (!history_refused(s, state))
             return rc;
         snprintf(why, sizeof(why), "cannot read the definition of table %s: %s",
@@ -1039,6 +1155,36 @@ static int setup_history(pg_store *s, int64_t end)
     }
     PQclear(res);
     return 0;
+}
+
+/*
+ * The history table: created when missing, since it is optional: tables
+ * made before it existed (which setup_schema leaves alone) get one, and a
+ * role that may not create it, or may not read and write an existing one,
+ * or a table of that name that is something else, leaves the store
+ * without a history (history() says why) rather than failing it. Then
+ * acquire and release use their statements without one.
+ */
+static int setup_history(pg_store *s, int64_t end)
+{
+    const char *v[1] = { s->history_table };
+    char state[6], why[768];
+    PGresult *res;
+    int rc, exists;
+
+    if ((rc = pg_run(&res, state, s, LEASE_PG_HISTORY_EXISTS, 1, v,
+                     "look for the history table", end)) < 0) {
+        if (!history_refused(s, state))
+            return rc;
+        snprintf(why, sizeof(why), "cannot look for table %s: %s",
+                 s->history_table, lease_errmsg());
+        return no_history(s, why);
+    }
+    exists = PQntuples(res) == 1 && PQgetvalue(res, 0, 0)[0] == 't';
+    PQclear(res);
+    if (!exists && ((rc = create_history(s, end)) < 0 || s->history_why))
+        return rc;
+    return check_history(s, end);
 }
 
 static void pg_close(lease_store *base)
@@ -1352,6 +1498,30 @@ static int pg_want(const PGresult *res, int cols, int max_rows, const char *what
     return 0;
 }
 
+/* A number column's text: digits only, within uint64_t; else -1. */
+static int pg_digits(uint64_t *out, const char *v)
+{
+    unsigned long long x = 0;
+    char *end = NULL;
+
+    errno = 0;
+    if (v && isdigit((unsigned char)v[0]))
+        x = strtoull(v, &end, 10);
+    if (end == NULL || *end != '\0' || errno != 0)
+        return -1;
+    *out = x;
+    return 0;
+}
+
+static int pg_out_of_range(const char *v, uint64_t min, uint64_t max,
+                           const char *what)
+{
+    return lease__seterr(LEASE_ESTORE, "postgres answered a %s out of range "
+                         "('%.24s'; expected %llu..%llu)", what,
+                         v && strspn(v, "-0123456789") == strlen(v) ? v : "?",
+                         (unsigned long long)min, (unsigned long long)max);
+}
+
 /*
  * A number column: digits only, within [min, max], else LEASE_ESTORE
  * naming it. NULL reads as 0 when `nullable` (optional columns), else is
@@ -1361,8 +1531,7 @@ static int pg_u64(uint64_t *out, const PGresult *res, int row, int col,
                   uint64_t min, uint64_t max, int nullable, const char *what)
 {
     const char *v = PQgetvalue(res, row, col);
-    unsigned long long x = 0;
-    char *end = NULL;
+    uint64_t x = 0;
 
     *out = 0;
     if (PQgetisnull(res, row, col)) {
@@ -1370,22 +1539,27 @@ static int pg_u64(uint64_t *out, const PGresult *res, int row, int col,
             return 0;
         return lease__seterr(LEASE_ESTORE, "postgres answered NULL for the %s", what);
     }
-    errno = 0;
-    if (v && isdigit((unsigned char)v[0]))
-        x = strtoull(v, &end, 10);
-    if (end == NULL || *end != '\0' || errno != 0 || x < min || x > max)
-        return lease__seterr(LEASE_ESTORE, "postgres answered a %s out of range "
-                             "('%.24s'; expected %llu..%llu)", what,
-                             v && strspn(v, "-0123456789") == strlen(v) ? v : "?",
-                             (unsigned long long)min, (unsigned long long)max);
+    if (pg_digits(&x, v) < 0 || x < min || x > max)
+        return pg_out_of_range(v, min, max, what);
     *out = x;
     return 0;
 }
 
+/* A fencing token or mark: lease__token_ok(), or also 0 when `zero_ok`
+ * (a lease row never granted, a fence row made with mark 0 by hand). */
 static int pg_token(uint64_t *out, const PGresult *res, int row, int col,
-                    const char *what)
+                    int zero_ok, const char *what)
 {
-    return pg_u64(out, res, row, col, 1, LEASE__TOKEN_MAX, 0, what);
+    const char *v = PQgetvalue(res, row, col);
+    uint64_t x = 0;
+
+    *out = 0;
+    if (PQgetisnull(res, row, col))
+        return lease__seterr(LEASE_ESTORE, "postgres answered NULL for the %s", what);
+    if (pg_digits(&x, v) < 0 || !(lease__token_ok(x) || (zero_ok && x == 0)))
+        return pg_out_of_range(v, zero_ok ? 0 : 1, LEASE__TOKEN_MAX, what);
+    *out = x;
+    return 0;
 }
 
 /* A name column, decoded back to the bytes it stands for. */
@@ -1423,11 +1597,10 @@ static int pg_row_info(lease_info *out, const PGresult *res, int row)
          * clears the owner, expiry leaves it: the owner tells them apart. */
         if (!PQgetisnull(res, row, 1))
             out->state = LEASE_STATE_EXPIRED;
-        return pg_u64(&out->token, res, row, 3, 0, LEASE__TOKEN_MAX, 0,
-                      "fencing token");
+        return pg_token(&out->token, res, row, 3, 1, "fencing token");
     }
     if ((rc = pg_owner(out->owner, sizeof(out->owner), res, row, 1)) < 0 ||
-        (rc = pg_token(&out->token, res, row, 3, "fencing token")) < 0 ||
+        (rc = pg_token(&out->token, res, row, 3, 0, "fencing token")) < 0 ||
         (rc = pg_u64(&out->remaining_ms, res, row, 4, 0, LEASE__MS_MAX, 0,
                      "remaining time")) < 0)
         return rc;
@@ -1454,7 +1627,7 @@ static int pg_holder(lease_info *holder, const PGresult *res)
         return rc;
     val_text(holder->label, sizeof(holder->label), res, 0, 1);
     if ((rc = pg_owner(holder->owner, sizeof(holder->owner), res, 0, 0)) < 0 ||
-        (rc = pg_token(&holder->token, res, 0, 2, "holder's fencing token")) < 0 ||
+        (rc = pg_token(&holder->token, res, 0, 2, 0, "holder's fencing token")) < 0 ||
         (rc = pg_u64(&holder->remaining_ms, res, 0, 3, 0, LEASE__MS_MAX, 0,
                      "holder's remaining time")) < 0 ||
         (rc = pg_u64(&holder->ttl_ms, res, 0, 4, 1, LEASE__MS_MAX, 1, "holder's ttl")) < 0)
@@ -1486,7 +1659,7 @@ static int pg_acquire(lease_grant *out, lease_info *holder, lease_store *base,
         return rc;
     }
     if (PQntuples(res) == 1) {
-        rc = pg_token(&out->token, res, 0, 0, "fencing token");
+        rc = pg_token(&out->token, res, 0, 0, 0, "fencing token");
         out->ttl_ms = req->ttl_ms;
         PQclear(res);
         if (rc < 0)
@@ -1622,7 +1795,7 @@ static int pg_read_mark(uint64_t *mark, pg_store *s, const char *resource)
         return rc < 0 ? rc : lease__seterr(LEASE_ENOTFOUND,
                                            "'%s' has no fencing mark", resource);
     }
-    rc = pg_u64(mark, res, 0, 0, 0, LEASE__TOKEN_MAX, 0, "fencing mark");
+    rc = pg_token(mark, res, 0, 0, 1, "fencing mark");
     PQclear(res);
     return rc;
 }
@@ -1705,7 +1878,7 @@ static int pg_data_get(void **value, size_t *len, uint64_t *token,
         PQclear(res);
         return rc < 0 ? rc : lease__seterr(LEASE_ENOTFOUND, "no data named '%s'", name);
     }
-    if ((rc = pg_token(&tok, res, 0, 1, "data's fencing token")) < 0 ||
+    if ((rc = pg_token(&tok, res, 0, 1, 0, "data's fencing token")) < 0 ||
         PQgetisnull(res, 0, 0)) {
         PQclear(res);
         return rc < 0 ? rc : lease__seterr(LEASE_ESTORE, "postgres answered NULL "
@@ -1749,7 +1922,7 @@ static int pg_history_row(lease_history_entry *e, const PGresult *res, int i)
     int rc, how;
 
     memset(e, 0, sizeof(*e));
-    if ((rc = pg_token(&e->token, res, i, 0, "history's fencing token")) < 0 ||
+    if ((rc = pg_token(&e->token, res, i, 0, 0, "history's fencing token")) < 0 ||
         (rc = pg_owner(e->owner, sizeof(e->owner), res, i, 1)) < 0 ||
         (rc = pg_u64(&e->ttl_ms, res, i, 3, 1, LEASE__MS_MAX, 0, "history's ttl")) < 0)
         return rc;

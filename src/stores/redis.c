@@ -43,7 +43,12 @@
  *
  * Each operation is one script, loaded once per connection and called by
  * hash (EVALSHA), loaded again on NOSCRIPT; every value travels as KEYS or
- * ARGV. The history is written by the same scripts that grant, extend and
+ * ARGV. The scripts are Lua files in src/stores/redis/, one per operation
+ * (acquire.lua, renew.lua, ...; each says its KEYS, ARGV and reply), with
+ * the helpers they share in lib.lua, which is sent in front of each; the
+ * build embeds them as LEASE_REDIS_* (redis_text.h). To run one alone:
+ *   cat lib.lua fence.lua > /tmp/f.lua && redis-cli --eval /tmp/f.lua KEY , ARG
+ * The history is written by the same scripts that grant, extend and
  * end a lease, so no grant can happen without its entry. Tokens never go
  * backwards across a restart only when the server persists every write
  * before answering: appendonly yes with appendfsync always. The store
@@ -66,6 +71,7 @@
 #include <unistd.h>
 #include <hiredis/hiredis.h>
 
+#include "redis_text.h"
 #include "store_int.h"
 
 enum {
@@ -80,192 +86,17 @@ enum {
     SC_COUNT
 };
 
-/* Decimal strings compare as numbers by length, then bytes: exact for
- * every 64-bit token, where Lua's numbers would round above 2^53. */
-#define LUA_GE "local function ge(a, b) if #a ~= #b then return #a > #b end " \
-               "return a >= b end "
-
-/*
- * History helpers, shared by the scripts that write or read entries.
- * now_ms: the server's wall clock from TIME (allowed in Redis >= 5 scripts,
- * which replicate their effects, and the only mode of Redis 7), as a
- * decimal string built with %d: Lua's tostring would print large numbers
- * in exponent form. head: the newest entry, decoded, or nil (also for an
- * entry that does not decode: the history is best kept, never a reason to
- * refuse a grant). ended_at: when a held entry that is no longer the lease
- * ended: its recorded expiry, but never later than now (the hash can also
- * vanish before its expiry, e.g. deleted by hand or by a client without
- * history; then the time it was found gone is the best bound).
- */
-#define LUA_HIST                                                              \
-    "local function now_ms() local t = redis.call('TIME') "                   \
-    "  return string.format('%d', tonumber(t[1]) * 1000 + "                   \
-    "                             math.floor(tonumber(t[2]) / 1000)) end "    \
-    "local function plus(a, b) "                                              \
-    "  return string.format('%d', tonumber(a) + tonumber(b)) end "            \
-    "local function decode(v) "                                               \
-    "  if not v then return nil end "                                         \
-    "  local ok, e = pcall(cjson.decode, v) "                                 \
-    "  if ok and type(e) == 'table' then return e end "                       \
-    "  return nil end "                                                       \
-    "local function head(k) return decode(redis.call('LINDEX', k, 0)) end "  \
-    "local function ended_at(e, now) "                                        \
-    "  local x = tonumber(e.expires_ms or '') "                               \
-    "  if x and x > 0 and x <= tonumber(now) then return e.expires_ms end "   \
-    "  return now end "
-
+/* The scripts, one file each in src/stores/redis/ (see the top of this
+ * file), each sent with lib.lua's helpers in front. */
 static const char *const scripts[SC_COUNT] = {
-    /* KEYS: lease, counter, history. ARGV: owner, label, ttl_ms, keep. */
-    [SC_ACQUIRE] =
-        LUA_HIST
-        "local cur = redis.call('HGET', KEYS[1], 'owner') "
-        "if cur then "
-        "  if cur == ARGV[1] then "
-        "    redis.call('HSET', KEYS[1], 'label', ARGV[2], 'ttl_ms', ARGV[3]) "
-        "    redis.call('PEXPIRE', KEYS[1], ARGV[3]) "
-        "    local t = redis.call('HGET', KEYS[1], 'token') "
-        /* A retry by the holder is no new grant: no entry, but it extends
-         * the lease like a renew, so the entry's expiry follows. */
-        "    local e = head(KEYS[3]) "
-        "    if e and e.token == t and e.ended == 'held' then "
-        "      e.expires_ms = plus(now_ms(), ARGV[3]) "
-        "      redis.call('LSET', KEYS[3], 0, cjson.encode(e)) "
-        "    end "
-        "    return {1, t} "
-        "  end "
-        "  local h = redis.call('HMGET', KEYS[1], 'owner', 'label', 'token', 'ttl_ms') "
-        "  return {0, h[1], h[2], h[3], tostring(redis.call('PTTL', KEYS[1])), h[4]} "
-        "end "
-        /* GET after INCR: Lua numbers are doubles, the string is exact. */
-        "redis.call('INCR', KEYS[2]) "
-        "local t = redis.call('GET', KEYS[2]) "
-        "redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'label', ARGV[2], "
-        "           'token', t, 'ttl_ms', ARGV[3]) "
-        "redis.call('PEXPIRE', KEYS[1], ARGV[3]) "
-        /* No unexpired lease existed, so a previous grant still marked held
-         * ran out. Only the head can be: every grant made here pushes its
-         * entry, and every earlier one was ended by the grant after it. */
-        "local now = now_ms() "
-        "local p = head(KEYS[3]) "
-        "if p and p.ended == 'held' then "
-        "  p.ended = 'expired' "
-        "  p.ended_ms = ended_at(p, now) "
-        "  redis.call('LSET', KEYS[3], 0, cjson.encode(p)) "
-        "end "
-        "redis.call('LPUSH', KEYS[3], cjson.encode({token = t, owner = ARGV[1], "
-        "  label = ARGV[2], ttl_ms = ARGV[3], acquired_ms = now, ended = 'held', "
-        "  ended_ms = '0', expires_ms = plus(now, ARGV[3])})) "
-        "redis.call('LTRIM', KEYS[3], 0, tonumber(ARGV[4]) - 1) "
-        "return {1, t}",
-    /* KEYS: lease, history. ARGV: owner, token, ttl_ms. A missing
-     * (expired) hash is never revived. The entry keeps the new expiry, to
-     * date the grant if it runs out. */
-    [SC_RENEW] =
-        LUA_HIST
-        "local h = redis.call('HMGET', KEYS[1], 'owner', 'token') "
-        "if h[1] == ARGV[1] and h[2] == ARGV[2] then "
-        "  redis.call('PEXPIRE', KEYS[1], ARGV[3]) "
-        "  redis.call('HSET', KEYS[1], 'ttl_ms', ARGV[3]) "
-        "  local e = head(KEYS[2]) "
-        "  if e and e.token == ARGV[2] and e.ended == 'held' then "
-        "    e.expires_ms = plus(now_ms(), ARGV[3]) "
-        "    redis.call('LSET', KEYS[2], 0, cjson.encode(e)) "
-        "  end "
-        "  return 1 "
-        "end "
-        "return 0",
-    /* KEYS: lease, history. ARGV: owner, token, channel, key. Compare
-     * before deleting: a plain DEL would remove a successor's lease. The
-     * current lease's entry is the head (the newest grant). */
-    [SC_RELEASE] =
-        LUA_HIST
-        "local h = redis.call('HMGET', KEYS[1], 'owner', 'token') "
-        "if h[1] == ARGV[1] and h[2] == ARGV[2] then "
-        "  redis.call('DEL', KEYS[1]) "
-        "  local e = head(KEYS[2]) "
-        "  if e and e.token == ARGV[2] and e.ended == 'held' then "
-        "    e.ended = 'released' "
-        "    e.ended_ms = now_ms() "
-        "    redis.call('LSET', KEYS[2], 0, cjson.encode(e)) "
-        "  end "
-        "  redis.call('PUBLISH', ARGV[3], ARGV[4]) "
-        "  return 1 "
-        "end "
-        "return 0",
-    /* KEYS: lease, counter, history. The hash leaves no trace when it
-     * expires nor when it is released: for a key without one, the last
-     * grant's history entry says whether it was released. */
-    [SC_INSPECT] =
-        LUA_HIST
-        "local c = redis.call('GET', KEYS[2]) "
-        "if not c then return {0} end "
-        "local h = redis.call('HMGET', KEYS[1], 'owner', 'label', 'token', 'ttl_ms') "
-        "local ended = '' "
-        "if not h[1] then "
-        "  local e = head(KEYS[3]) "
-        "  ended = (e and e.token == c and e.ended == 'released') and 'released' "
-        "          or 'expired' "
-        "end "
-        "return {1, c, h[1] or '', h[2] or '', h[3] or '', "
-        "        tostring(redis.call('PTTL', KEYS[1])), h[4] or '', ended}",
-    /* KEYS: mark. ARGV: token. Equality is accepted. */
-    [SC_FENCE] =
-        LUA_GE
-        "local m = redis.call('GET', KEYS[1]) or '0' "
-        "if ge(ARGV[1], m) then redis.call('SET', KEYS[1], ARGV[1]) return {1, ARGV[1]} end "
-        "return {0, m}",
-    /* KEYS: lease, data. ARGV: owner, token, value. Applied only while the
-     * lease's owner and token are current (an expired hash is gone). */
-    [SC_PUT] =
-        "local h = redis.call('HMGET', KEYS[1], 'owner', 'token') "
-        "if h[1] == ARGV[1] and h[2] == ARGV[2] then "
-        "  redis.call('HSET', KEYS[2], 'value', ARGV[3], 'token', ARGV[2]) "
-        "  return 1 "
-        "end "
-        "return 0",
-    /* KEYS: history, lease. ARGV: max. Newest first, each entry as
-     * {token, owner, label, ttl_ms, acquired_ms, ended, ended_ms}. A held
-     * entry that is not the lease in the same atomic read ran out: say
-     * expired here, where its recorded expiry is at hand. */
-    [SC_HISTORY] =
-        LUA_HIST
-        "local now = now_ms() "
-        "local h = redis.call('HMGET', KEYS[2], 'owner', 'token') "
-        "local out = {} "
-        "for _, v in ipairs(redis.call('LRANGE', KEYS[1], 0, tonumber(ARGV[1]) - 1)) do "
-        "  local e = decode(v) "
-        "  if e and e.token then "
-        "    local ended, ended_ms = e.ended or 'held', e.ended_ms or '0' "
-        "    if ended == 'held' and not (h[1] == e.owner and h[2] == e.token) then "
-        "      ended, ended_ms = 'expired', ended_at(e, now) "
-        "    end "
-        "    out[#out + 1] = {e.token, e.owner or '', e.label or '', "
-        "                     e.ttl_ms or '0', e.acquired_ms or '0', ended, ended_ms} "
-        "  end "
-        "end "
-        "return out",
-    /* KEYS: history, lease. ARGV: owner, token. The grant whose renew was
-     * refused: lost, unless released; an end time it already has (a
-     * successor's takeover found it expired) is kept. Not while it is still
-     * the lease, which only a stray call could ask. Tokens are unique per
-     * key, so the walk (at most the kept entries) stops at the first. */
-    [SC_HISTORY_LOST] =
-        LUA_HIST
-        "local h = redis.call('HMGET', KEYS[2], 'owner', 'token') "
-        "if h[1] == ARGV[1] and h[2] == ARGV[2] then return 0 end "
-        "for i, v in ipairs(redis.call('LRANGE', KEYS[1], 0, -1)) do "
-        "  local e = decode(v) "
-        "  if e and e.token == ARGV[2] then "
-        "    if e.owner ~= ARGV[1] or e.ended == 'released' then return 0 end "
-        "    if not e.ended_ms or e.ended_ms == '0' then "
-        "      e.ended_ms = ended_at(e, now_ms()) "
-        "    end "
-        "    e.ended = 'lost' "
-        "    redis.call('LSET', KEYS[1], i - 1, cjson.encode(e)) "
-        "    return 1 "
-        "  end "
-        "end "
-        "return 0",
+    [SC_ACQUIRE] = LEASE_REDIS_LIB LEASE_REDIS_ACQUIRE,
+    [SC_RENEW] = LEASE_REDIS_LIB LEASE_REDIS_RENEW,
+    [SC_RELEASE] = LEASE_REDIS_LIB LEASE_REDIS_RELEASE,
+    [SC_INSPECT] = LEASE_REDIS_LIB LEASE_REDIS_INSPECT,
+    [SC_FENCE] = LEASE_REDIS_LIB LEASE_REDIS_FENCE,
+    [SC_PUT] = LEASE_REDIS_LIB LEASE_REDIS_PUT,
+    [SC_HISTORY] = LEASE_REDIS_LIB LEASE_REDIS_HISTORY,
+    [SC_HISTORY_LOST] = LEASE_REDIS_LIB LEASE_REDIS_HISTORY_LOST,
 };
 
 typedef struct {
@@ -827,9 +658,16 @@ static int redis_num(uint64_t *out, const redisReply *r, uint64_t min,
     return 0;
 }
 
+/* A token or a fencing mark: a number lease__token_ok() accepts into
+ * *out; -1 (and *out untouched) otherwise. */
 static int redis_token(uint64_t *out, const redisReply *r)
 {
-    return redis_num(out, r, 1, LEASE__TOKEN_MAX);
+    uint64_t v;
+
+    if (redis_num(&v, r, 0, UINT64_MAX) < 0 || !lease__token_ok(v))
+        return -1;
+    *out = v;
+    return 0;
 }
 
 /* A string reply that fits dst (with its NUL) and holds no NUL; -1 else. */
@@ -1295,7 +1133,7 @@ static int redis_fence_advance(uint64_t *mark, lease_store *base,
         return rc;
     ok = redis_array(r, 2, 2) == 0 ? redis_flag(r->element[0]) : -1;
     /* Accepted: the mark is the token; refused: a mark above it. */
-    if (ok < 0 || redis_num(mark, r->element[1], 1, LEASE__TOKEN_MAX) < 0 ||
+    if (ok < 0 || redis_token(mark, r->element[1]) < 0 ||
         (ok == 1 && *mark != token) || (ok == 0 && *mark <= token)) {
         freeReplyObject(r);
         return redis_odd("fence", "not {1, token} nor {0, a higher mark}");
@@ -1323,8 +1161,7 @@ static int redis_fence_mark(uint64_t *mark, lease_store *base,
     }
     if (r->type == REDIS_REPLY_NIL)
         rc = lease__seterr(LEASE_ENOTFOUND, "'%s' has no fencing mark", resource);
-    else if (redis_num(mark, r, 1, LEASE__TOKEN_MAX) < 0 ||
-             r->type != REDIS_REPLY_STRING)
+    else if (redis_token(mark, r) < 0 || r->type != REDIS_REPLY_STRING)
         rc = redis_odd("read mark", "the mark is not 1 .. 2^63-1");
     freeReplyObject(r);
     return rc;

@@ -50,6 +50,7 @@
 #include <sqlite3.h>
 
 #include "store_int.h"
+#include "sqlite_text.h" /* LEASE_SQLITE_SCHEMA: sqlite/schema.sql */
 
 /* SQLITE_OPEN_NOFOLLOW and SQLITE_CANTOPEN_SYMLINK came in SQLite 3.31. */
 #if SQLITE_VERSION_NUMBER < 3031000
@@ -61,7 +62,9 @@
  * with: 1 is lease, lease_fence and lease_data. A table that older builds
  * simply ignore (lease_history) is created when missing and does not raise
  * it, so a file opened once by a newer build stays usable by older ones
- * (whose grants then leave gaps in the history).
+ * (whose grants then leave gaps in the history). The tables are in
+ * sqlite/schema.sql, all IF NOT EXISTS: run whole, it creates only what is
+ * missing.
  */
 #define SCHEMA_VERSION 1
 
@@ -185,41 +188,6 @@ static const char *const sql[ST_COUNT] = {
         " ELSE 0 END FROM lease_history h LEFT JOIN lease l ON l.key = h.key "
         "WHERE h.key = ?1 ORDER BY h.token DESC LIMIT ?2",
 };
-
-static const char schema_v1[] =
-    "CREATE TABLE IF NOT EXISTS lease ("
-    "  key         TEXT PRIMARY KEY,"
-    "  owner       TEXT,"                          /* NULL when free */
-    "  label       TEXT NOT NULL DEFAULT '',"
-    "  token       INTEGER NOT NULL DEFAULT 0 CHECK (token >= 0),"
-    "  boot_id     TEXT NOT NULL DEFAULT '',"      /* boot of expires_ms */
-    "  expires_ms  INTEGER NOT NULL DEFAULT 0,"    /* CLOCK_BOOTTIME, ms */
-    "  ttl_ms      INTEGER NOT NULL DEFAULT 0,"
-    "  acquired_ms INTEGER NOT NULL DEFAULT 0"
-    ") WITHOUT ROWID;"
-    "CREATE TABLE IF NOT EXISTS lease_fence ("
-    "  resource TEXT PRIMARY KEY,"
-    "  mark     INTEGER NOT NULL CHECK (mark >= 0)"
-    ") WITHOUT ROWID;"
-    "CREATE TABLE IF NOT EXISTS lease_data ("
-    "  name  TEXT PRIMARY KEY,"
-    "  value BLOB NOT NULL,"
-    "  token INTEGER NOT NULL,"
-    "  key   TEXT NOT NULL"
-    ") WITHOUT ROWID;";
-
-static const char schema_history[] =
-    "CREATE TABLE IF NOT EXISTS lease_history ("
-    "  key         TEXT NOT NULL,"
-    "  token       INTEGER NOT NULL,"
-    "  owner       TEXT NOT NULL,"
-    "  label       TEXT NOT NULL DEFAULT '',"
-    "  ttl_ms      INTEGER NOT NULL DEFAULT 0,"
-    "  acquired_ms INTEGER NOT NULL,"             /* wall clock, ms */
-    "  ended       INTEGER NOT NULL DEFAULT 0,"   /* lease_ended */
-    "  ended_ms    INTEGER NOT NULL DEFAULT 0,"   /* wall clock, ms; 0 unknown */
-    "  PRIMARY KEY (key, token)"
-    ") WITHOUT ROWID;";
 
 typedef struct {
     lease_store parent;
@@ -459,10 +427,16 @@ static int sqlite_col_token(uint64_t *out, const sqlite_rowctx *r, sqlite3_stmt 
                             int col, const char *name)
 {
     int64_t v;
-    int rc = sqlite_col_int(&v, r, st, col, name, 1, (int64_t)LEASE__TOKEN_MAX);
+    int rc = sqlite_col_int(&v, r, st, col, name, INT64_MIN, INT64_MAX);
 
-    *out = rc == 0 ? (uint64_t)v : 0;
-    return rc;
+    *out = 0;
+    if (rc < 0)
+        return rc;
+    if (!lease__token_ok((uint64_t)v))
+        return sqlite_bad_row(r, "%s %lld is out of range [1, %lld]", name,
+                              (long long)v, (long long)LEASE__TOKEN_MAX);
+    *out = (uint64_t)v;
+    return 0;
 }
 
 /* Whether a row whose columns are sound is a live lease, and its times. */
@@ -575,10 +549,9 @@ static int sqlite_setup(sqlite_store *s, const char *synchronous)
             sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
             return rc;
         }
-        if ((version < 1 &&
-             (sqlite3_exec(s->db, schema_v1, NULL, NULL, NULL) != SQLITE_OK ||
-              sqlite3_exec(s->db, "PRAGMA user_version = 1", NULL, NULL, NULL) != SQLITE_OK)) ||
-            sqlite3_exec(s->db, schema_history, NULL, NULL, NULL) != SQLITE_OK) {
+        if (sqlite3_exec(s->db, LEASE_SQLITE_SCHEMA, NULL, NULL, NULL) != SQLITE_OK ||
+            (version < 1 &&
+             sqlite3_exec(s->db, "PRAGMA user_version = 1", NULL, NULL, NULL) != SQLITE_OK)) {
             rc = sqlite_fail(s, "create schema");
             sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
             return rc;
@@ -869,7 +842,7 @@ static int sqlite_acquire_grant(lease_grant *out, sqlite_store *s,
     sqlite3_stmt *st;
     int rc;
 
-    if (token >= LEASE__TOKEN_MAX)
+    if (!lease__token_ok(token + 1))
         return sqlite_rollback(s, lease__seterr(LEASE_ESTORE,
                                          "token counter of '%s' is exhausted",
                                          req->key));

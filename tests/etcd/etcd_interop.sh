@@ -16,6 +16,8 @@
 #   (no lease; create_revision = the token; "<owner>\n<ttl_ms>\n<ms>\n<label>"),
 #   and /lease/ended/006/jobs/x/<token, 20 digits> = "released\n<ms>" or
 #   "lost\n<ms>" (006: the key's length, so jobs/x and jobs/x/y stay apart).
+#   ls tells released keys (free) from keys that ended otherwise (expired)
+#   by those markers, over more keys than one etcd txn may read.
 . "$(dirname "$0")/etcd_lib.sh" "$@"
 
 section "one member"
@@ -167,5 +169,37 @@ section "ls sees what etcdctl sees"
 call "$LEASE" --store "$URL" ls jobs/ --json
 expect_rc 0 "ls jobs/"
 assert_eq "$(jget "$OUT" '[.[].key] | join(" ")')" "jobs/x jobs/y" "ls lists every key ever acquired"
+
+
+section "ls: released, expired and held keys in one list"
+# 140 keys not held: every third ended without a release (its lease/ key
+# deleted with etcdctl, so it has no end marker: expired), the others
+# released (marker "released": free). ls reads their markers in txns of at
+# most 128 reads (etcd's --max-txn-ops), so 140 takes two; each key must
+# still get its own state, in key order, with one held key among them.
+for i in $(seq -w 0 139); do
+    out=$("$LEASE" --store "$URL" acquire "bulk/k$i" --ttl 60s --json) ||
+        die "acquire bulk/k$i"
+    if [ $((10#$i % 3)) -ne 0 ]; then
+        "$LEASE" --store "$URL" release "bulk/k$i" --owner "$(jget "$out" .owner)" \
+            --token "$(jget "$out" .token)" >/dev/null || die "release bulk/k$i"
+    fi
+done
+ectl del --prefix /lease/lease/bulk/ >/dev/null || die "etcdctl del --prefix"
+call "$LEASE" --store "$URL" acquire bulk/held --ttl 60s --json
+expect_rc 0 "acquire bulk/held"
+call "$LEASE" --store "$URL" ls bulk/ --json
+expect_rc 0 "ls bulk/"
+assert_eq "$(jget "$OUT" 'length')" 141 "ls lists all 141 keys"
+assert_eq "$(jget "$OUT" '[.[].key] == ([.[].key] | sort)')" true "in key order"
+assert_eq "$(jget "$OUT" '.[0] | "\(.key) \(.state)"')" "bulk/held held" "the held key is held"
+assert_eq "$(jget "$OUT" '[.[1:][] | "\(.key | ltrimstr("bulk/k") | tonumber % 3 == 0) \(.state)"]
+    | group_by(.) | map("\(.[0]):\(length)") | join(" ")')" \
+    "false free:93 true expired:47" "released keys are free, the others expired, key by key"
+assert_eq "$(jget "$OUT" '[.[1:][] | .token > 0] | all')" true "every key keeps its last token"
+call "$LEASE" --store "$URL" show bulk/k000 --json
+assert_eq "$(jget "$OUT" .state)" expired "show agrees: bulk/k000 expired"
+call "$LEASE" --store "$URL" show bulk/k139 --json
+assert_eq "$(jget "$OUT" .state)" free "show agrees: bulk/k139 released"
 
 finish

@@ -1,0 +1,26 @@
+-- schema.sql - the PostgreSQL store's tables: leases, fencing marks and
+-- guarded values. Made when missing (IF NOT EXISTS); existing tables are
+-- used as they are. The store runs it with its table names; a DBA may run
+-- it by hand the same way:
+--   psql -v lease_table=coordination_lease -v fence_table=lease_fence \
+--        -v data_table=lease_data -f schema.sql
+-- Variables: :lease_table, :fence_table, :data_table (table names,
+-- optionally schema.table).
+-- holder_label, lease_ttl_ms and holder_token are optional: a lease table
+-- made by the reference SQL without them works, without labels and ttls.
+CREATE TABLE IF NOT EXISTS :lease_table (
+    resource_key text PRIMARY KEY,
+    owner_id uuid,
+    lease_until timestamptz NOT NULL DEFAULT '-infinity'::timestamptz,
+    fencing_token bigint NOT NULL DEFAULT 0 CHECK (fencing_token >= 0),
+    holder_label text,
+    lease_ttl_ms bigint,
+    holder_token bigint);
+CREATE TABLE IF NOT EXISTS :fence_table (
+    resource text PRIMARY KEY,
+    mark bigint NOT NULL CHECK (mark >= 0));
+CREATE TABLE IF NOT EXISTS :data_table (
+    name text PRIMARY KEY,
+    value bytea NOT NULL,
+    token bigint NOT NULL,
+    resource_key text NOT NULL);

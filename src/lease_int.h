@@ -66,6 +66,9 @@ typedef struct lease__url {
 int lease__url_parse(lease__url *out, const char *text);
 void lease__url_free(lease__url *url);
 const char *lease__url_param(const lease__url *url, const char *name);
+/* ?tokens=clock|counter (default clock); EINVALID for another value. */
+enum { LEASE__TOKENS_CLOCK = 0, LEASE__TOKENS_COUNTER = 1 };
+int lease__url_tokens(int *mode, const lease__url *url);
 /* A copy of `text` with the password replaced by "***" (malloc'ed). */
 char *lease__url_redact(const char *text);
 /* The scheme of `text`, lower-cased, into buf; EINVALID if none. */
@@ -108,6 +111,11 @@ int lease__renew(lease_grant *g, lease_store *s, uint64_t ttl_ms, int mark_lost)
 /* core/history.c: after a renew refused with LEASE_ELOST (keeps the error). */
 void lease__history_lost(lease_store *store, const lease_grant *grant);
 
+/* core/store.c: a clock-floored grant took last token + 1 because the
+ * store's clock was behind it by behind_us (> 1 s): log and count. */
+void lease__clock_behind(const char *store, const lease_request *req, uint64_t token,
+                         uint64_t behind_us);
+
 /* core/log.c */
 int lease__log_enabled(lease_log_level level);
 void lease__log(lease_log_level level, const char *event, const char *store,
@@ -126,6 +134,7 @@ void lease__metric_loss(const char *store, int uncertain);
 void lease__metric_held(const char *store, int64_t held_ns);
 void lease__metric_leader(const char *store);
 void lease__metric_fenced(const char *store);
+void lease__metric_clock_behind(const char *store);
 
 /* core/store.c */
 const lease_backend *lease__backend_for(const char *scheme);

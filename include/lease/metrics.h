@@ -13,6 +13,8 @@
  *   lease_held_seconds{store}                 histogram: acquire to release/loss
  *   lease_leader_transitions_total{store}     elections won and lost
  *   lease_fence_rejections_total{store}       stale tokens rejected by fencing
+ *   lease_clock_behind_total{store}           clock-floored grants that followed the
+ *                                             last token: the store clock was behind
  * Counting is lock-free and safe from any thread.
  */
 #ifndef LEASE_METRICS_H

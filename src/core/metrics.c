@@ -33,6 +33,7 @@ static struct {
     _Atomic uint64_t losses[NSTORES][2];
     _Atomic uint64_t leader[NSTORES];
     _Atomic uint64_t fenced[NSTORES];
+    _Atomic uint64_t clock_behind[NSTORES];
     histogram wait[NSTORES];
     histogram held[NSTORES];
 } m;
@@ -107,6 +108,11 @@ void lease__metric_leader(const char *store)
 void lease__metric_fenced(const char *store)
 {
     atomic_fetch_add(&m.fenced[store_index(store)], 1);
+}
+
+void lease__metric_clock_behind(const char *store)
+{
+    atomic_fetch_add(&m.clock_behind[store_index(store)], 1);
 }
 
 void lease_metrics_reset(void)
@@ -228,6 +234,9 @@ int lease_metrics_text(char **out)
             "Leadership gained or given up by this process.", m.leader, 1);
     counter(&b, "lease_fence_rejections_total",
             "Writes rejected by the fencing check for a stale token.", m.fenced, 1);
+    counter(&b, "lease_clock_behind_total",
+            "Grants whose clock-floored token followed the last token because the "
+            "store's clock was behind it by more than a second.", m.clock_behind, 1);
     if (b.failed) {
         free(b.buf);
         return lease__seterr(LEASE_ENOMEM, "out of memory");

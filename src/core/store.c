@@ -406,3 +406,31 @@ int lease_default_store_url(char *buf, size_t size)
     buf[len] = '\0';
     return 0;
 }
+
+/*
+ * A clock-floored token (?tokens=clock) is max(last + 1, the store's clock
+ * in microseconds). When last + 1 won by more than a second, the store's
+ * clock is behind tokens it issued before (it was set back, or a primary
+ * with a clock ahead issued them): tokens still grow, but a failover to a
+ * server that far behind could issue one again, which is the case the
+ * floor cannot cover. One warning per such grant, and a counter.
+ */
+void lease__clock_behind(const char *store, const lease_request *req, uint64_t token,
+                         uint64_t behind_us)
+{
+    lease_grant g;
+    char detail[160];
+
+    lease__metric_clock_behind(store);
+    if (!lease__log_enabled(LEASE_LOG_WARN))
+        return;
+    memset(&g, 0, sizeof(g));
+    lease__strlcpy(g.key, req->key, sizeof(g.key));
+    lease__strlcpy(g.owner, req->owner, sizeof(g.owner));
+    lease__strlcpy(g.label, req->label, sizeof(g.label));
+    g.token = token;
+    snprintf(detail, sizeof(detail), "the store's clock is %llu ms behind the last "
+             "token; this token follows it (+1) instead of the clock",
+             (unsigned long long)(behind_us / 1000));
+    lease__log_state(LEASE_LOG_WARN, "clock_behind", store, &g, detail);
+}

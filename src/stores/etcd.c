@@ -2266,7 +2266,12 @@ static int etcd_parse_params(etcd_store *s, const lease__url *u)
         else if (strcmp(name, "password_file") == 0) {
             rc = lease__read_password_file(&s->password, "etcd", v ? v : "");
             s->password_from_file = rc == 0;
-        } else
+        } else if (strcmp(name, "tokens") == 0)
+            rc = lease__seterr(LEASE_EINVALID, "tokens= is for the stores that "
+                               "replicate asynchronously (redis, postgres): etcd's "
+                               "tokens are revisions agreed by consensus, never "
+                               "issued twice");
+        else
             rc = lease__seterr(LEASE_EINVALID, "unknown etcd URL parameter '%.64s' "
                                "(known: cacert, cert, key, password_file)", name);
     }

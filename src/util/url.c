@@ -215,6 +215,26 @@ const char *lease__url_param(const lease__url *u, const char *name)
     return NULL;
 }
 
+/*
+ * ?tokens=clock|counter, for the stores that replicate asynchronously
+ * (Redis, PostgreSQL): clock (the default) floors a new grant's token at
+ * the server's clock in microseconds, so that a promoted replica that lost
+ * the last grants still issues newer tokens; counter is the plain +1.
+ */
+int lease__url_tokens(int *mode, const lease__url *u)
+{
+    const char *v = lease__url_param(u, "tokens");
+
+    *mode = LEASE__TOKENS_CLOCK;
+    if (v == NULL || strcmp(v, "clock") == 0)
+        return 0;
+    if (strcmp(v, "counter") == 0) {
+        *mode = LEASE__TOKENS_COUNTER;
+        return 0;
+    }
+    return lease__seterr(LEASE_EINVALID, "tokens=%.32s: use tokens=clock (the "
+                         "default) or tokens=counter", v);
+}
 
 /*
  * A query parameter whose value is a secret: any whose decoded name holds
@@ -230,6 +250,10 @@ int lease__url_secret_param(const char *name)
     /* ...but not a file that holds one (redis' password_file=): its path
      * is no secret, and the store's messages about it must name it. */
     if (n >= 5 && strcasecmp(name + n - 5, "_file") == 0)
+        return 0;
+    /* ...nor tokens=clock|counter, how tokens are made: registering "clock"
+     * as a secret would scrub that word from every message. */
+    if (strcasecmp(name, "tokens") == 0)
         return 0;
     for (i = 0; i < sizeof(words) / sizeof(words[0]); i++)
         if (strcasestr(name, words[i]) != NULL)

@@ -44,6 +44,11 @@ for url in 'sqlite:x.db?nolock=1' 'sqlite:x.db?immutable=1' 'sqlite:x.db?vfs=uni
     refused "$url" "unknown sqlite URL parameter" "a SQLite URI parameter"
 done
 
+section "tokens= is not for SQLite"
+for url in 'sqlite:x.db?tokens=clock' 'sqlite:x.db?tokens=counter'; do
+    refused "$url" "tokens= is for the stores that replicate asynchronously" "tokens="
+done
+
 section "user info and hosts"
 # (Paths inside $T: were they accepted, nothing is made outside it.)
 refused "sqlite://user:pw@$T/x.db" "no user or password" "user info"

@@ -138,6 +138,39 @@ static void test_secret_params(void **state)
     assert_false(lease__url_secret_param("lease_table"));
     /* A file that holds a password is named in messages about it. */
     assert_false(lease__url_secret_param("password_file"));
+    /* tokens=clock|counter holds "token" but no secret: were it one,
+     * "clock" would be scrubbed from every message. */
+    assert_false(lease__url_secret_param("tokens"));
+    assert_true(lease__url_secret_param("tokens_x"));
+}
+
+/* ?tokens=: clock by default, counter on request, nothing else. */
+static void test_tokens_param(void **state)
+{
+    static const struct { const char *url; int rc, mode; } cases[] = {
+        { "redis://h:1", 0, LEASE__TOKENS_CLOCK },
+        { "redis://h:1?tokens=clock", 0, LEASE__TOKENS_CLOCK },
+        { "redis://h:1?tokens=counter", 0, LEASE__TOKENS_COUNTER },
+        { "redis://h:1?tokens=counter&tokens=clock", 0, LEASE__TOKENS_CLOCK },
+        { "redis://h:1?tokens=", LEASE_EINVALID, 0 },
+        { "redis://h:1?tokens=Clock", LEASE_EINVALID, 0 },
+        { "redis://h:1?tokens=ms", LEASE_EINVALID, 0 },
+    };
+    size_t i;
+
+    (void)state;
+    for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        lease__url u;
+        int mode = -1;
+
+        assert_int_equal(lease__url_parse(&u, cases[i].url), 0);
+        assert_int_equal(lease__url_tokens(&mode, &u), cases[i].rc);
+        if (cases[i].rc == 0)
+            assert_int_equal(mode, cases[i].mode);
+        else
+            assert_non_null(strstr(lease_errmsg(), "tokens=clock"));
+        lease__url_free(&u);
+    }
 }
 
 /* A password a store read from a file, not from the URL. */
@@ -328,6 +361,7 @@ int main(void)
         cmocka_unit_test(test_redact_keeps_the_rest),
         cmocka_unit_test(test_parse_userinfo),
         cmocka_unit_test(test_secret_params),
+        cmocka_unit_test(test_tokens_param),
         cmocka_unit_test(test_scrub_messages),
         cmocka_unit_test(test_scrub_file_secret),
         cmocka_unit_test(test_scrub_refcount_and_forms),

@@ -10,6 +10,15 @@
  *   password_file=PATH   the password, from a file only its owner may read
  *                        (mode 0600 or stricter; one trailing newline is
  *                        dropped), so that it stays out of argv
+ *   tokens=clock|counter how a new grant's token is made. clock (the
+ *                        default): max(last token + 1, the server's clock
+ *                        in microseconds), so that a promoted replica that
+ *                        lost the last grants and their counter still
+ *                        issues newer tokens; a clock more than a second
+ *                        behind the last token is logged ("clock_behind")
+ *                        and counted. counter: last token + 1. Both keep
+ *                        the last token in the same counter key, so
+ *                        handles of either mode can share a key.
  * Every parameter is checked before any connection is tried (EINVALID).
  *
  * Each call (connect, AUTH, SELECT, script loads, the command and its whole
@@ -23,7 +32,9 @@
  * Key layout (K is the lease key, R a fenced resource, N a data name):
  *   <prefix>{K}:lease    hash owner/label/token/ttl_ms, with the lease's
  *                        own expiry (PEXPIRE): Redis decides expiry
- *   <prefix>{K}:token    the key's token counter, never deleted or expired
+ *   <prefix>{K}:token    the key's token counter: the last token issued
+ *                        (INCRed, or SET to the clock, see tokens=), never
+ *                        deleted or expired
  *   <prefix>{K}:history  the grant history (lease/history.h): a list of
  *                        cjson objects, newest grant at the head, trimmed
  *                        to LEASE_HISTORY_KEEP by each new grant; never
@@ -112,6 +123,7 @@ typedef struct {
     char prefix[64];
     int wait_replicas;
     uint64_t wait_timeout_ms;
+    int tokens;             /* LEASE__TOKENS_CLOCK or _COUNTER (?tokens=) */
     char sha[SC_COUNT][41];
     int64_t deadline_ns;    /* of the call in progress (lease_clock_ns) */
 } redis_store;
@@ -767,17 +779,24 @@ static int wait_for_replicas(redis_store *s)
     return rc;
 }
 
-/* The acquire script's reply: {1, token} or {0, owner, label, token, pttl,
- * ttl}. Returns 0 (granted), LEASE_EBUSY or LEASE_ESTORE. */
-static int acquire_reply(uint64_t *token, lease_info *holder,
-                         const redisReply *r)
+/* The acquire script's reply: {1, token, clock_us} for a new grant, {1,
+ * token} for the holder's retry (*clock_us is then 0: no new token, nothing
+ * to compare), or {0, owner, label, token, pttl, ttl}. Returns 0 (granted),
+ * LEASE_EBUSY or LEASE_ESTORE. */
+static int acquire_reply(uint64_t *token, uint64_t *clock_us,
+                         lease_info *holder, const redisReply *r)
 {
     int granted = r->type == REDIS_REPLY_ARRAY && r->elements >= 1
                       ? redis_flag(r->element[0]) : -1;
 
+    *clock_us = 0;
     if (granted == 1) {
-        if (r->elements != 2 || redis_token(token, r->element[1]) < 0)
+        if ((r->elements != 2 && r->elements != 3) ||
+            redis_token(token, r->element[1]) < 0)
             return redis_odd("acquire", "the token is not 1 .. 2^63-1");
+        if (r->elements == 3 &&
+            redis_num(clock_us, r->element[2], 1, INT64_MAX) < 0)
+            return redis_odd("acquire", "the server's clock is not 1 .. 2^63-1 us");
         return 0;
     }
     if (granted != 0 || r->elements != 6)
@@ -788,13 +807,27 @@ static int acquire_reply(uint64_t *token, lease_info *holder,
     return LEASE_EBUSY;
 }
 
+/* In clock mode a new token above the clock by more than a second
+ * followed the counter (+1), not the clock: the server's clock is behind
+ * the tokens issued before (a clock set back, or a failover to a host with
+ * a slower clock). Still correct, but no longer clock-floored: say so. */
+static void redis_check_clock(const redis_store *s, const lease_request *req,
+                              uint64_t token, uint64_t clock_us)
+{
+    if (s->tokens == LEASE__TOKENS_CLOCK && clock_us > 0 &&
+        token > clock_us + 1000000)
+        lease__clock_behind(s->parent.backend ? s->parent.backend->name : "redis",
+                            req, token, token - clock_us);
+}
+
 static int redis_acquire(lease_grant *out, lease_info *holder, lease_store *base,
                          const lease_request *req)
 {
     redis_store *s = (redis_store *)base;
     char lk[KEYBUF], ck[KEYBUF], hk[KEYBUF], ttl[24], keep[24];
-    const char *args[7];
+    const char *args[8];
     redisReply *r;
+    uint64_t clock_us;
     int rc;
 
     redis_begin(s);
@@ -812,14 +845,16 @@ static int redis_acquire(lease_grant *out, lease_info *holder, lease_store *base
     args[4] = req->label;
     args[5] = ttl;
     args[6] = keep;
-    if ((rc = redis_eval(&r, s, SC_ACQUIRE, 3, args, NULL, 7, "acquire")) < 0)
+    args[7] = s->tokens == LEASE__TOKENS_COUNTER ? "counter" : "clock";
+    if ((rc = redis_eval(&r, s, SC_ACQUIRE, 3, args, NULL, 8, "acquire")) < 0)
         return rc;
     memset(holder, 0, sizeof(*holder));
     lease__strlcpy(holder->key, req->key, sizeof(holder->key));
-    rc = acquire_reply(&out->token, holder, r);
+    rc = acquire_reply(&out->token, &clock_us, holder, r);
     freeReplyObject(r);
     if (rc < 0)
         return rc;
+    redis_check_clock(s, req, out->token, clock_us);
     out->ttl_ms = req->ttl_ms;
     redis_drop_sub(s); /* stop listening once the wait is over */
     if (s->wait_replicas > 0)
@@ -1444,11 +1479,54 @@ static void redis_close(lease_store *base)
     }
 }
 
-static int redis_parse_url(redis_store *s, const lease__url *u)
+/* The query parameters (see the top of this file), each checked before
+ * any connection is tried. */
+static int redis_parse_params(redis_store *s, const lease__url *u)
 {
-    const char *colon, *v;
+    const char *v;
     char *end;
     size_t i;
+    int rc;
+
+    lease__strlcpy(s->prefix, "lease:", sizeof(s->prefix));
+    if ((rc = lease__url_tokens(&s->tokens, u)) < 0)
+        return rc;
+    for (i = 0; i < u->nparams; i++) {
+        const char *name = u->params[i].name;
+        v = u->params[i].value;
+        if (strcmp(name, "prefix") == 0) {
+            if (strlen(v) >= sizeof(s->prefix) || strchr(v, '{') || strchr(v, '}'))
+                return lease__seterr(LEASE_EINVALID,
+                                     "redis prefix= must be under 64 bytes, without braces");
+            lease__strlcpy(s->prefix, v, sizeof(s->prefix));
+        } else if (strcmp(name, "wait_replicas") == 0) {
+            long n = strtol(v, &end, 10);
+            if (*v == '\0' || *end != '\0' || n < 0 || n > 100)
+                return lease__seterr(LEASE_EINVALID, "wait_replicas= must be 0..100");
+            s->wait_replicas = (int)n;
+        } else if (strcmp(name, "wait_timeout") == 0) {
+            if (lease_parse_duration(&s->wait_timeout_ms, v) < 0 || s->wait_timeout_ms == 0)
+                return lease__seterr(LEASE_EINVALID,
+                                     "wait_timeout= must be a duration, e.g. 100ms");
+        } else if (strcmp(name, "tokens") == 0) {
+            /* read by lease__url_tokens, above */
+        } else if (strcmp(name, "password_file") == 0) {
+            rc = lease__read_password_file(&s->password, "redis", v);
+            if (rc < 0)
+                return rc;
+            s->password_from_file = 1;
+        } else {
+            return lease__seterr(LEASE_EINVALID, "unknown redis URL parameter '%s'",
+                                 name);
+        }
+    }
+    return 0;
+}
+
+static int redis_parse_url(redis_store *s, const lease__url *u)
+{
+    const char *colon;
+    char *end;
 
     if (!u->has_authority || u->hosts[0] == '\0' || strchr(u->hosts, ','))
         return lease__seterr(LEASE_EINVALID,
@@ -1485,35 +1563,7 @@ static int redis_parse_url(redis_store *s, const lease__url *u)
     if ((u->user && *u->user && !(s->user = strdup(u->user))) ||
         (u->password && !(s->password = strdup(u->password))))
         return lease__seterr(LEASE_ENOMEM, "out of memory");
-    lease__strlcpy(s->prefix, "lease:", sizeof(s->prefix));
-    for (i = 0; i < u->nparams; i++) {
-        const char *name = u->params[i].name;
-        v = u->params[i].value;
-        if (strcmp(name, "prefix") == 0) {
-            if (strlen(v) >= sizeof(s->prefix) || strchr(v, '{') || strchr(v, '}'))
-                return lease__seterr(LEASE_EINVALID,
-                                     "redis prefix= must be under 64 bytes, without braces");
-            lease__strlcpy(s->prefix, v, sizeof(s->prefix));
-        } else if (strcmp(name, "wait_replicas") == 0) {
-            long n = strtol(v, &end, 10);
-            if (*v == '\0' || *end != '\0' || n < 0 || n > 100)
-                return lease__seterr(LEASE_EINVALID, "wait_replicas= must be 0..100");
-            s->wait_replicas = (int)n;
-        } else if (strcmp(name, "wait_timeout") == 0) {
-            if (lease_parse_duration(&s->wait_timeout_ms, v) < 0 || s->wait_timeout_ms == 0)
-                return lease__seterr(LEASE_EINVALID,
-                                     "wait_timeout= must be a duration, e.g. 100ms");
-        } else if (strcmp(name, "password_file") == 0) {
-            int rc = lease__read_password_file(&s->password, "redis", v);
-            if (rc < 0)
-                return rc;
-            s->password_from_file = 1;
-        } else {
-            return lease__seterr(LEASE_EINVALID, "unknown redis URL parameter '%s'",
-                                 name);
-        }
-    }
-    return 0;
+    return redis_parse_params(s, u);
 }
 
 static int redis_open(lease_store *base, const char *url)

@@ -23,11 +23,16 @@
 #      its token. The resource must reject A whenever B's token is greater;
 #      when B's token is not greater than A's (the counter lost A's
 #      increment: M), this is recorded, and the resource must still never
-#      accept a token lower than its mark;
+#      accept a token lower than its mark. With clock tokens (the default,
+#      issue 13) B's token must be greater than A's in every round, so the
+#      resource always rejects the stale A;
 #   6. B releases; the killed server comes back as a replica of the new
 #      primary; the roles swap for the next round.
 #
-# The rounds cycle through three modes:
+# The rounds cycle through four modes, the first three with the default
+# clock-floored tokens (?tokens=clock: a new token is at least the server's
+# clock in microseconds, so the promoted replica's next token is newer even
+# when A's grant and its counter were lost):
 #   plain        nothing is done to replication: on one host the replica
 #                has A's grant in its socket before A even gets its answer;
 #   paused       the replica's processing of writes is paused (CLIENT PAUSE
@@ -37,16 +42,25 @@
 #   paused-wait  as paused, with ?wait_replicas=1&wait_timeout=500ms on A's
 #                URL: A is told ESTORE (ownership uncertain) instead of a
 #                grant the replica never acknowledged. An acquire that
-#                succeeds in this mode must survive the failover.
+#                succeeds in this mode must survive the failover;
+#   paused-counter  as paused, with ?tokens=counter on A's and B's URLs: the
+#                control. The lost grant takes its counter increment with it
+#                and B is handed exactly A's token, so the resource accepts
+#                both owners: this shows the test can see the failure that
+#                clock tokens prevent.
 #
 # Passes when every round failed over, no stale write was accepted (a write
 # whose token was lower than the mark, or A's write after B's greater token
-# was installed) and no acknowledged wait_replicas grant was lost. N and M
-# are measurements, printed in the summary line, not assertions; so is how
-# often the resource accepted the stale owner's write because B was handed
-# A's very token. Nothing here asserts a duration.
+# was installed), no acknowledged wait_replicas grant was lost, in every
+# clock round B's token was greater than A's (when A got one) and no
+# acknowledged token was handed out twice over all clock rounds, and at
+# least one paused-counter round gave B exactly A's token. N and M are
+# measurements, printed in the summary lines; so is how often the resource
+# accepted the stale owner's write because B was handed A's very token.
+# Nothing here asserts a duration.
 #
-# LEASE_FAILOVER_ROUNDS (default 12) sets the number of rounds.
+# LEASE_FAILOVER_ROUNDS (default 12: 3 rounds per mode) sets the number of
+# rounds; at least 4, so that the control runs.
 . "$(dirname "$0")/redis_lib.sh" "$@"
 
 if ! command -v redis-sentinel >/dev/null 2>&1; then
@@ -55,6 +69,8 @@ if ! command -v redis-sentinel >/dev/null 2>&1; then
 fi
 
 ROUNDS=${LEASE_FAILOVER_ROUNDS:-12}
+[ "$ROUNDS" -ge 4 ] ||
+    die "LEASE_FAILOVER_ROUNDS=$ROUNDS: at least 4 rounds are needed, so that the paused-counter control (round 4) runs"
 # Long enough that even a failover that needs a second election (Sentinel
 # waits 2 x failover-timeout = 10 s before it) ends inside A's lease.
 TTL_MS=30000
@@ -190,8 +206,23 @@ verdict() {
 
 PRIMARY=n1
 REPLICA=n2
-declare -A ROUNDS_OF=([plain]=0 [paused]=0 [paused-wait]=0)
-declare -A WITHIN_OF=([plain]=0 [paused]=0 [paused-wait]=0)
+MODES=(plain paused paused-wait paused-counter)
+declare -A ROUNDS_OF=() WITHIN_OF=() NEWER_OF=() EQUAL_OF=() LOWER_OF=()
+for m in "${MODES[@]}"; do
+    ROUNDS_OF[$m]=0 WITHIN_OF[$m]=0 NEWER_OF[$m]=0 EQUAL_OF[$m]=0 LOWER_OF[$m]=0
+done
+declare -A SEEN_TOKENS=()   # every acknowledged token of the clock rounds
+REPEATS=0                   # ... and how often one came again
+# seen_once ROUND WHO TOKEN: a clock round's acknowledged token must be new.
+seen_once() {
+    if [ -n "${SEEN_TOKENS[$3]:-}" ]; then
+        REPEATS=$((REPEATS + 1))
+        fail "round $1: $2's token $3 was already acknowledged (${SEEN_TOKENS[$3]})"
+    else
+        SEEN_TOKENS[$3]="round $1, $2"
+        pass
+    fi
+}
 N_WITHIN=0            # B granted while A's acknowledged lease was unexpired
 M_BACK=0 M_EQUAL=0 M_LOWER=0
 GRANT_SURVIVED=0
@@ -199,16 +230,16 @@ SAME_TOKEN_STALE_ACCEPTED=0
 A_UNCERTAIN=0         # A told ESTORE (paused-wait rounds)
 FAILOVERS=0
 for ((r = 1; r <= ROUNDS; r++)); do
-    case $((r % 3)) in
-    1) mode=plain ;;
-    2) mode=paused ;;
-    0) mode=paused-wait ;;
-    esac
+    mode=${MODES[$(((r - 1) % 4))]}
     ROUNDS_OF[$mode]=$((${ROUNDS_OF[$mode]} + 1))
     P_URL=$(redis_url "$PRIMARY")
     R_URL=$(redis_url "$REPLICA")
     A_URL=$P_URL
     [ "$mode" = paused-wait ] && A_URL="$P_URL?wait_replicas=1&wait_timeout=500ms"
+    if [ "$mode" = paused-counter ]; then
+        A_URL="$P_URL?tokens=counter"
+        R_URL="$R_URL?tokens=counter"
+    fi
     ownerA=$(cat /proc/sys/kernel/random/uuid)
     section "round $r ($mode): primary $PRIMARY ($P_URL), replica $REPLICA ($R_URL)"
 
@@ -321,7 +352,21 @@ for ((r = 1; r <= ROUNDS; r++)); do
     if [ -n "$tokA" ] && [ "$tokB" -le "$tokA" ]; then
         backwards=yes
         M_BACK=$((M_BACK + 1))
-        if [ "$tokB" -eq "$tokA" ]; then M_EQUAL=$((M_EQUAL + 1)); else M_LOWER=$((M_LOWER + 1)); fi
+        if [ "$tokB" -eq "$tokA" ]; then
+            M_EQUAL=$((M_EQUAL + 1)) EQUAL_OF[$mode]=$((${EQUAL_OF[$mode]} + 1))
+        else
+            M_LOWER=$((M_LOWER + 1)) LOWER_OF[$mode]=$((${LOWER_OF[$mode]} + 1))
+        fi
+    elif [ -n "$tokA" ]; then
+        NEWER_OF[$mode]=$((${NEWER_OF[$mode]} + 1))
+    fi
+    if [ "$mode" != paused-counter ]; then
+        # Clock tokens: B's is newer than A's, whatever the failover lost.
+        if [ -n "$tokA" ]; then
+            assert_gt "$tokB" "$tokA" "round $r ($mode): B's token is newer than A's"
+            seen_once "$r" A "$tokA"
+        fi
+        seen_once "$r" B "$tokB"
     fi
     fence_call "$tokB" B
     fenceB_rc=$F_RC
@@ -335,6 +380,7 @@ for ((r = 1; r <= ROUNDS; r++)); do
         fence_call "$tokA" "A (stale)"
         staleA_rc=$F_RC
         if [ "$tokB" -gt "$tokA" ]; then
+            # (Always so in a clock round: asserted above.)
             if [ "$staleA_rc" = 0 ]; then
                 STALE_ACCEPTED=$((STALE_ACCEPTED + 1))
                 fail "round $r: the stale owner A's write (token $tokA) was accepted after B's token $tokB"
@@ -350,7 +396,7 @@ for ((r = 1; r <= ROUNDS; r++)); do
         assert_eq "$fenceB_rc" 0 "round $r: B's token $tokB is accepted (A never had one)"
     fi
 
-    printf 'round %2d %-11s: A %s, failover %5d ms, B first try %s, B token %s, B within A'"'"'s ttl %s, token not newer %s; resource: A %s, B %s, stale A %s (mark %s)\n' \
+    printf 'round %2d %-14s: A %s, failover %5d ms, B first try %s, B token %s, B within A'"'"'s ttl %s, token not newer %s; resource: A %s, B %s, stale A %s (mark %s)\n' \
         "$r" "$mode" "$([ "$a_rc" = 0 ] && echo "token $tokA" || echo "ESTORE")" "$failover_ms" \
         "$(case $b_first in 0) echo granted ;; 3) echo busy ;; *) echo "exit $b_first" ;; esac)" \
         "$tokB" "$within" "$backwards" \
@@ -377,11 +423,19 @@ done
 
 assert_eq "$FAILOVERS" "$ROUNDS" "a failover happened in every round"
 assert_eq "$STALE_ACCEPTED" 0 "stale writes accepted"
+# The control: without clock tokens a lost grant hands B A's very token.
+# If this fails, the rounds did not lose a grant, and the clock rounds
+# proved nothing either.
+assert_gt "${EQUAL_OF[paused-counter]}" 0 \
+    "paused-counter (the control): B was handed exactly A's token in at least one of ${ROUNDS_OF[paused-counter]} rounds"
 ACKED=$((ROUNDS - A_UNCERTAIN))
 echo "redis failover: $ROUNDS rounds, second owner acquired within the first lease in $N_WITHIN, token went backwards in $M_BACK, stale writes accepted $STALE_ACCEPTED"
-echo "redis failover details: rounds by mode: plain ${ROUNDS_OF[plain]}, replica writes paused ${ROUNDS_OF[paused]}, paused with wait_replicas=1 ${ROUNDS_OF[paused-wait]};" \
-    "first owner acknowledged in $ACKED, told ESTORE (uncertain) in $A_UNCERTAIN;" \
-    "second owner granted within the first lease: plain ${WITHIN_OF[plain]}, paused ${WITHIN_OF[paused]}, paused+wait ${WITHIN_OF[paused-wait]} (N counts acknowledged first grants only);" \
-    "token not newer: equal $M_EQUAL, lower $M_LOWER; grant survived the failover in $GRANT_SURVIVED;" \
-    "stale owner's write accepted because its token equalled the new owner's: $SAME_TOKEN_STALE_ACCEPTED"
+echo "redis failover details: first owner acknowledged in $ACKED, told ESTORE (uncertain) in $A_UNCERTAIN;" \
+    "grant survived the failover in $GRANT_SURVIVED; token not newer: equal $M_EQUAL, lower $M_LOWER;" \
+    "stale owner's write accepted because its token equalled the new owner's: $SAME_TOKEN_STALE_ACCEPTED;" \
+    "acknowledged tokens in clock rounds: ${#SEEN_TOKENS[@]} distinct, $REPEATS seen again"
+for m in "${MODES[@]}"; do
+    echo "redis failover mode $m: rounds ${ROUNDS_OF[$m]}, second owner granted within the first lease ${WITHIN_OF[$m]}," \
+        "B's token vs A's: newer ${NEWER_OF[$m]}, equal ${EQUAL_OF[$m]}, lower ${LOWER_OF[$m]}"
+done
 finish

@@ -34,6 +34,7 @@
 #include "conf_assert.h"
 
 static const char *url;       /* the shared server */
+static char counter_url[600]; /* the same with ?tokens=counter: tokens 1, 2... */
 static char host[256];
 static int port;
 static char base[96];         /* "redis_store/<uuid>/" */
@@ -173,16 +174,19 @@ static void new_opts(lease_acquire_opts *o, char owner[LEASE_OWNER_BUFSZ],
 /* ---- tokens over the whole 64-bit range ------------------------------- */
 
 /* Set KEY's counter (the store's layout: lease:{KEY}:token) to `before`,
- * then acquire, renew, inspect, release, fence and acquire again: every
- * token must be exactly before + 1 (then + 2). */
-static void token_after(const char *name, const char *before, uint64_t expected)
+ * then acquire, renew, inspect, release, fence and acquire again through
+ * the store of URL `u`: every token must be exactly before + 1 (then + 2).
+ * Above the clock in microseconds (about 1.8e15) the default clock mode
+ * follows the counter too, comparing decimal strings. */
+static void token_after(const char *u, const char *name, const char *before,
+                        uint64_t expected)
 {
     char key[256], ctr[320], owner[LEASE_OWNER_BUFSZ], res[280];
     lease_acquire_opts o;
     lease_grant g, g2;
     lease_info info;
     uint64_t mark = 0;
-    lease_store *s = open_url(url);
+    lease_store *s = open_url(u);
 
     key_name(key, sizeof(key), name);
     snprintf(ctr, sizeof(ctr), "lease:{%s}:token", key);
@@ -224,22 +228,23 @@ static void token_after(const char *name, const char *before, uint64_t expected)
 static void test_token_1e14(void **state)
 {
     (void)state;
-    /* %.14g, Lua 5.1's number format, prints 1e14 as "1e+14". */
-    token_after("t-1e14", "99999999999999", UINT64_C(100000000000000));
+    /* %.14g, Lua 5.1's number format, prints 1e14 as "1e+14". Below the
+     * clock in us: counter mode. */
+    token_after(counter_url, "t-1e14", "99999999999999", UINT64_C(100000000000000));
 }
 
 static void test_token_2p53(void **state)
 {
     (void)state;
     /* 2^53 + 1 is the first integer a double cannot hold. */
-    token_after("t-2p53", "9007199254740992", UINT64_C(9007199254740993));
+    token_after(url, "t-2p53", "9007199254740992", UINT64_C(9007199254740993));
 }
 
 static void test_token_max(void **state)
 {
     (void)state;
     /* 2^63 - 1: the largest token lease_parse_token accepts. */
-    token_after("t-max", "9223372036854775806", UINT64_C(9223372036854775807));
+    token_after(url, "t-max", "9223372036854775806", UINT64_C(9223372036854775807));
 }
 
 static void test_fence_big_tokens(void **state)
@@ -328,7 +333,7 @@ static void test_noscript_reload(void **state)
 
 static void test_prefix_and_db_isolation(void **state)
 {
-    char key[256], owner[LEASE_OWNER_BUFSZ], u[4][512], lk[400];
+    char key[256], owner[LEASE_OWNER_BUFSZ], u[4][700], lk[400];
     lease_acquire_opts o;
     lease_grant g[4];
     lease_info *list = NULL;
@@ -339,10 +344,10 @@ static void test_prefix_and_db_isolation(void **state)
 
     (void)state;
     key_name(key, sizeof(key), "iso");
-    snprintf(u[0], sizeof(u[0]), "%s%sprefix=pa:", url, strchr(url, '?') ? "&" : "?");
-    snprintf(u[1], sizeof(u[1]), "%s%sprefix=pb:", url, strchr(url, '?') ? "&" : "?");
-    snprintf(u[2], sizeof(u[2]), "redis://%s:%d/1?prefix=pa:", host, port);
-    snprintf(u[3], sizeof(u[3]), "redis://%s:%d/2?prefix=pa:", host, port);
+    snprintf(u[0], sizeof(u[0]), "%s&prefix=pa:", counter_url);
+    snprintf(u[1], sizeof(u[1]), "%s&prefix=pb:", counter_url);
+    snprintf(u[2], sizeof(u[2]), "redis://%s:%d/1?prefix=pa:&tokens=counter", host, port);
+    snprintf(u[3], sizeof(u[3]), "redis://%s:%d/2?prefix=pa:&tokens=counter", host, port);
     for (i = 0; i < 4; i++)
         s[i] = open_url(u[i]);
     /* The same key in four stores: four first holders, each token 1. */
@@ -389,7 +394,7 @@ static void test_odd_keys_list_exactly(void **state)
     lease_grant g;
     lease_info *list = NULL, info;
     size_t n = 0, i;
-    lease_store *s = open_url(url);
+    lease_store *s = open_url(counter_url);
 
     (void)state;
     for (i = 0; i < count; i++) {
@@ -485,6 +490,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "redis_store: '%s' is not a redis:// URL\n", url);
         return 1;
     }
+    snprintf(counter_url, sizeof(counter_url), "%s%stokens=counter", url,
+             strchr(url, '?') ? "&" : "?");
     if (strcmp(group, "") != 0 && strcmp(group, "tokens") != 0 &&
         strcmp(group, "store") != 0) {
         fprintf(stderr, "usage: redis_store [URL [tokens|store]]\n");

@@ -10,12 +10,22 @@
  *   data_table=NAME    guarded values (default lease_data)
  *   history_table=NAME the grant history (default lease_history with the
  *                      default lease table, else <lease_table>_history)
+ *   tokens=clock       (the default) a new grant's token is the greater of
+ *                      the previous token + 1 and the server's clock in
+ *                      microseconds since the epoch, so that a standby
+ *                      promoted without the last grants (asynchronous
+ *                      replication) still issues tokens newer than any it
+ *                      lost, as long as its clock is not behind them;
+ *   tokens=counter     the reference SQL's previous token + 1, exactly.
+ * Both kinds mix on one table, with each other and with the reference
+ * SQL: every grant is greater than the one before it.
  *
  * The lease table is the reference one, created if missing; an existing table
  * made by the reference SQL is used as it is (the optional holder_label
  * and lease_ttl_ms columns are used only if present). Acquire, renew and
  * release are the reference statements, one round trip each, prepared once
- * per connection, with clock_timestamp() as the only clock. They name the
+ * per connection, with clock_timestamp() as the only clock for expiry
+ * (a clock token reads statement_timestamp(), see CLOCK_US). They name the
  * tables, so they are built here (one builder each, under "statements");
  * the tables' DDL and the catalog queries are files of their own in
  * src/stores/pg/ (schema.sql, history.sql: psql can run them alone).
@@ -105,6 +115,7 @@ typedef struct {
     char *data_table;
     char *history_table;
     char *history_why;     /* why there is no history; NULL when there is */
+    int tokens;            /* LEASE__TOKENS_CLOCK or LEASE__TOKENS_COUNTER */
     char *sql[ST_COUNT];
     int prepared;          /* statements prepared on this connection */
     int listening;
@@ -466,7 +477,8 @@ static int exec_prepared(PGresult **out, pg_store *s, int which,
 static int is_ours(const char *name)
 {
     return strcmp(name, "lease_table") == 0 || strcmp(name, "fence_table") == 0 ||
-           strcmp(name, "data_table") == 0 || strcmp(name, "history_table") == 0;
+           strcmp(name, "data_table") == 0 || strcmp(name, "history_table") == 0 ||
+           strcmp(name, "tokens") == 0;
 }
 
 /* The URL without our own parameters, for libpq. */
@@ -611,41 +623,69 @@ static const char *ttl_col(int has_ttl)
                    : "NULL::bigint";
 }
 
+/*
+ * The server's clock in microseconds since the epoch, for clock tokens.
+ * statement_timestamp() and not clock_timestamp(): it is the same for
+ * every evaluation within the statement, so the initial token, the
+ * updated token, holder_token and the clock returned to the caller are
+ * all computed from one reading (clock_timestamp() changes between
+ * evaluations, and a holder_token off by a microsecond from its token
+ * would hide the holder's label and ttl).
+ */
+#define CLOCK_US "floor(extract(epoch from statement_timestamp()) * 1000000)::bigint"
+
+/* The token of a new grant after `prev`: the reference SQL's prev + 1,
+ * or with clock tokens at least the server's clock. */
+static char *next_token(const pg_store *s, const char *prev)
+{
+    if (s->tokens == LEASE__TOKENS_COUNTER)
+        return pg_fmt("%s + 1", prev);
+    return pg_fmt("greatest(%s + 1, " CLOCK_US ")", prev);
+}
+
 /* The reference upsert. One change: the owner that already holds the
  * unexpired lease may acquire again (a retry whose answer was lost)
  * and keeps its token, with a new expiry. With a history it reads
  * its row from `o` first (see sql_acquire_history), hence SELECT instead
- * of VALUES. */
+ * of VALUES. With clock tokens it also returns the clock it used
+ * (clock_us), for pg_acquire to tell a clock behind the tokens. */
 static char *lease_upsert(const pg_store *s, int has_label, int has_ttl, int history)
 {
-    const char *lease_table = s->lease_table;
-    int holder = has_label || has_ttl;
-    const char *token_set = holder
-        ? ", holder_token = CASE WHEN l.owner_id = EXCLUDED.owner_id "
-          "AND l.lease_until > clock_timestamp() THEN l.fencing_token "
-          "ELSE l.fencing_token + 1 END"
-        : "";
+    int holder = has_label || has_ttl, clock = s->tokens == LEASE__TOKENS_CLOCK;
+    char *first = next_token(s, "0"), *next = next_token(s, "l.fencing_token");
+    char *token = NULL, *token_set = NULL, *sql = NULL;
+    const char *init = clock ? first : "1";
 
-    return pg_fmt(
-        "INSERT INTO %s AS l (resource_key, owner_id, lease_until, fencing_token%s%s%s) "
-        "%s$1, $2::uuid, clock_timestamp() + $3::interval, 1%s%s%s%s "
-        "ON CONFLICT (resource_key) DO UPDATE "
-        "SET owner_id = EXCLUDED.owner_id, "
-        "lease_until = clock_timestamp() + $3::interval, "
-        "fencing_token = CASE WHEN l.owner_id = EXCLUDED.owner_id "
-        "AND l.lease_until > clock_timestamp() THEN l.fencing_token "
-        "ELSE l.fencing_token + 1 END%s%s%s "
-        "WHERE l.lease_until <= clock_timestamp() OR l.owner_id = EXCLUDED.owner_id "
-        "RETURNING l.fencing_token%s",
-        lease_table, has_label ? ", holder_label" : "",
-        has_ttl ? ", lease_ttl_ms" : "", holder ? ", holder_token" : "",
-        history ? "SELECT " : "VALUES (",
-        has_label ? ", NULLIF($4, '')" : "", has_ttl ? ", $5::bigint" : "",
-        holder ? ", 1" : "",
-        history ? " FROM (SELECT count(*) FROM o) AS locked" : ")",
-        has_label ? ", holder_label = EXCLUDED.holder_label" : "",
-        has_ttl ? ", lease_ttl_ms = EXCLUDED.lease_ttl_ms" : "", token_set,
-        history ? ", l.lease_until" : "");
+    if (first && next)
+        token = pg_fmt("CASE WHEN l.owner_id = EXCLUDED.owner_id "
+                       "AND l.lease_until > clock_timestamp() THEN l.fencing_token "
+                       "ELSE %s END", next);
+    if (token)
+        token_set = holder ? pg_fmt(", holder_token = %s", token) : strdup("");
+    if (token_set)
+        sql = pg_fmt(
+            "INSERT INTO %s AS l (resource_key, owner_id, lease_until, fencing_token%s%s%s) "
+            "%s$1, $2::uuid, clock_timestamp() + $3::interval, %s%s%s%s%s%s "
+            "ON CONFLICT (resource_key) DO UPDATE "
+            "SET owner_id = EXCLUDED.owner_id, "
+            "lease_until = clock_timestamp() + $3::interval, "
+            "fencing_token = %s%s%s%s "
+            "WHERE l.lease_until <= clock_timestamp() OR l.owner_id = EXCLUDED.owner_id "
+            "RETURNING l.fencing_token%s%s",
+            s->lease_table, has_label ? ", holder_label" : "",
+            has_ttl ? ", lease_ttl_ms" : "", holder ? ", holder_token" : "",
+            history ? "SELECT " : "VALUES (", init,
+            has_label ? ", NULLIF($4, '')" : "", has_ttl ? ", $5::bigint" : "",
+            holder ? ", " : "", holder ? init : "",
+            history ? " FROM (SELECT count(*) FROM o) AS locked" : ")", token,
+            has_label ? ", holder_label = EXCLUDED.holder_label" : "",
+            has_ttl ? ", lease_ttl_ms = EXCLUDED.lease_ttl_ms" : "", token_set,
+            history ? ", l.lease_until" : "", clock ? ", " CLOCK_US " AS clock_us" : "");
+    free(first);
+    free(next);
+    free(token);
+    free(token_set);
+    return sql;
 }
 
 /* Acquire without a history: the upsert alone. */
@@ -670,7 +710,13 @@ static char *sql_acquire(const pg_store *s, int has_label, int has_ttl)
  *      token is a leftover of a lease table dropped and made anew
  *      (tokens restarted) or of another lease table sharing this
  *      history: replaced;
- *   e  grants before it still unended: the previous one expired at
+ *   k  the oldest token to keep: the (KEEP-1)-th newest below the new
+ *      one (with the new one, KEEP in all). By rank, not by arithmetic:
+ *      clock tokens jump by millions, and a table shared by both kinds
+ *      of tokens mixes steps of 1 with such jumps. NULL with no older
+ *      entry. It reads the statement's snapshot, which never shows the
+ *      row `h` inserts;
+ *   e  grants before it (from k on) still unended: the previous one expired at
  *      its lease_until (or was released by the reference SQL,
  *      which leaves owner_id NULL and writes no history); older ones
  *      (grants made by SQL that keeps no history came in between) at
@@ -680,9 +726,10 @@ static char *sql_acquire(const pg_store *s, int has_label, int has_ttl)
  *      its entry is not found here; it reads expired all the same
  *      (the core checks held entries) and the next grant marks it,
  *      without a time;
- *   p  prunes all but the newest LEASE_HISTORY_KEEP tokens (tokens of
- *      a key are consecutive here), and leftovers above the new token.
- * h, e and p touch disjoint rows, as one statement must.
+ *   p  prunes the entries below k (all but the newest
+ *      LEASE_HISTORY_KEEP tokens), and leftovers above the new token.
+ * h, e and p touch disjoint rows, as one statement must: e ends what p
+ * keeps.
  */
 static char *sql_acquire_history(const pg_store *s, int has_label, int has_ttl)
 {
@@ -706,19 +753,23 @@ static char *sql_acquire_history(const pg_store *s, int has_label, int has_ttl)
         "SET owner_id = EXCLUDED.owner_id, holder_label = EXCLUDED.holder_label, "
         "lease_ttl_ms = EXCLUDED.lease_ttl_ms, acquired_at = EXCLUDED.acquired_at, "
         "ended = NULL, ended_at = NULL), "
+        "k AS (SELECT min(x.token) AS token FROM (SELECT h.fencing_token AS token "
+        "FROM %s AS h JOIN g ON h.fencing_token < g.token WHERE h.resource_key = $1 "
+        "ORDER BY h.fencing_token DESC LIMIT %d) AS x), "
         "e AS (UPDATE %s AS h SET "
         "ended = CASE WHEN h.fencing_token = o.token AND o.owner IS NULL "
         "THEN 'released' ELSE 'expired' END, "
         "ended_at = CASE WHEN h.fencing_token = o.token AND o.owner IS NOT NULL "
         "AND isfinite(o.until) THEN o.until END "
-        "FROM g LEFT JOIN o ON true "
+        "FROM g CROSS JOIN k LEFT JOIN o ON true "
         "WHERE h.resource_key = $1 AND h.ended IS NULL "
-        "AND h.fencing_token < g.token AND h.fencing_token > g.token - %d), "
-        "p AS (DELETE FROM %s AS h USING g WHERE h.resource_key = $1 "
-        "AND (h.fencing_token <= g.token - %d OR h.fencing_token > g.token)) "
-        "SELECT fencing_token FROM a",
-        lease_table, upsert, history_table, history_table, LEASE_HISTORY_KEEP,
-        history_table, LEASE_HISTORY_KEEP);
+        "AND h.fencing_token < g.token AND h.fencing_token >= k.token), "
+        "p AS (DELETE FROM %s AS h USING g, k WHERE h.resource_key = $1 "
+        "AND (h.fencing_token < k.token OR h.fencing_token > g.token)) "
+        "SELECT fencing_token%s FROM a",
+        lease_table, upsert, history_table, history_table, LEASE_HISTORY_KEEP - 1,
+        history_table, history_table,
+        s->tokens == LEASE__TOKENS_CLOCK ? ", clock_us" : "");
     free(upsert);
     return sql;
 }
@@ -1078,6 +1129,20 @@ static int history_refused(pg_store *s, const char *state)
            (strncmp(state, "42", 2) == 0 || strcmp(state, "3F000") == 0);
 }
 
+/* A query about the history table failed: fail the open, or, for a
+ * lasting refusal, go on without a history, saying what could not be
+ * done ("look for", "read the definition of"). */
+static int history_unreadable(pg_store *s, const char *state, int rc, const char *what)
+{
+    char why[768];
+
+    if (!history_refused(s, state))
+        return rc;
+    snprintf(why, sizeof(why), "cannot %s table %s: %s", what, s->history_table,
+             lease_errmsg());
+    return no_history(s, why);
+}
+
 /* The missing history table (history.sql), under the schema lock, in a
  * transaction of its own. A refusal leaves the store without a history
  * (history_why set, 0 returned); any other failure fails the open. */
@@ -1130,13 +1195,8 @@ static int check_history(pg_store *s, int64_t end)
     int rc;
 
     if ((rc = pg_run(&res, state, s, LEASE_PG_HISTORY_CHECK, 1, v,
-                     "read the history table", end)) < 0) {
-        if (!history_refused(s, state))
-            return rc;
-        snprintf(why, sizeof(why), "cannot read the definition of table %s: %s",
-                 s->history_table, lease_errmsg());
-        return no_history(s, why);
-    }
+                     "read the history table", end)) < 0)
+        return history_unreadable(s, state, rc, "read the definition of");
     if (PQntuples(res) != 1 || PQgetvalue(res, 0, 0)[0] != 't') {
         PQclear(res);
         snprintf(why, sizeof(why), "table %s is not a grant history table (it "
@@ -1168,18 +1228,13 @@ static int check_history(pg_store *s, int64_t end)
 static int setup_history(pg_store *s, int64_t end)
 {
     const char *v[1] = { s->history_table };
-    char state[6], why[768];
+    char state[6];
     PGresult *res;
     int rc, exists;
 
     if ((rc = pg_run(&res, state, s, LEASE_PG_HISTORY_EXISTS, 1, v,
-                     "look for the history table", end)) < 0) {
-        if (!history_refused(s, state))
-            return rc;
-        snprintf(why, sizeof(why), "cannot look for table %s: %s",
-                 s->history_table, lease_errmsg());
-        return no_history(s, why);
-    }
+                     "look for the history table", end)) < 0)
+        return history_unreadable(s, state, rc, "look for");
     exists = PQntuples(res) == 1 && PQgetvalue(res, 0, 0)[0] == 't';
     PQclear(res);
     if (!exists && ((rc = create_history(s, end)) < 0 || s->history_why))
@@ -1394,7 +1449,8 @@ static int pg_open(lease_store *base, const char *url)
         rc = lease__seterr(LEASE_ENOMEM, "out of memory");
         goto fail;
     }
-    if ((rc = pg_check_url(&u, s->conninfo, derived, &ht)) < 0)
+    if ((rc = pg_check_url(&u, s->conninfo, derived, &ht)) < 0 ||
+        (rc = lease__url_tokens(&s->tokens, &u)) < 0)
         goto fail;
     /* One deadline for the whole open: connect (every host), schema and
      * statements. The first connect prepares nothing: the statements are
@@ -1636,6 +1692,30 @@ static int pg_holder(lease_info *holder, const PGresult *res)
     return 0;
 }
 
+/*
+ * The granted row: its token and, with clock tokens, the clock the server
+ * used. A token more than a second past that clock took previous + 1:
+ * the server's clock is behind tokens issued before (lease__clock_behind).
+ */
+static int pg_granted(lease_grant *out, const pg_store *s, const lease_request *req,
+                      const PGresult *res)
+{
+    uint64_t clock_us = 0;
+    int rc;
+
+    out->ttl_ms = req->ttl_ms;
+    if ((rc = pg_token(&out->token, res, 0, 0, 0, "fencing token")) < 0 ||
+        s->tokens != LEASE__TOKENS_CLOCK)
+        return rc;
+    /* The clock is after 1970 and a token itself (it may become one). */
+    if ((rc = pg_u64(&clock_us, res, 0, 1, 1, LEASE__TOKEN_MAX, 0,
+                     "clock (microseconds)")) < 0)
+        return rc;
+    if (out->token > clock_us + 1000000)
+        lease__clock_behind("postgres", req, out->token, out->token - clock_us);
+    return 0;
+}
+
 static int pg_acquire(lease_grant *out, lease_info *holder, lease_store *base,
                       const lease_request *req)
 {
@@ -1654,13 +1734,13 @@ static int pg_acquire(lease_grant *out, lease_info *holder, lease_store *base,
     v[4] = ttl_ms;
     if ((rc = exec_prepared(&res, s, ST_ACQUIRE, v, NULL, NULL, "acquire")) < 0)
         return rc;
-    if ((rc = pg_want(res, 1, 1, "acquire")) < 0) {
+    if ((rc = pg_want(res, s->tokens == LEASE__TOKENS_CLOCK ? 2 : 1, 1,
+                      "acquire")) < 0) {
         PQclear(res);
         return rc;
     }
     if (PQntuples(res) == 1) {
-        rc = pg_token(&out->token, res, 0, 0, 0, "fencing token");
-        out->ttl_ms = req->ttl_ms;
+        rc = pg_granted(out, s, req, res);
         PQclear(res);
         if (rc < 0)
             return rc;

@@ -21,6 +21,8 @@ command -v psql >/dev/null 2>&1 || { echo "FATAL: psql is required" >&2; exit 1;
 PW=$(printf '%s' "$PGURL" | sed -nE 's#^[a-z]+://[^:/@]+:([^@]*)@.*#\1#p')
 P="cli/$(cat /proc/sys/kernel/random/uuid)/"
 L() { call "$LEASE" --store "$PGURL" "$@"; }
+case $PGURL in *\?*) CSEP='&' ;; *) CSEP='?' ;; esac
+LC() { call "$LEASE" --store "$PGURL${CSEP}tokens=counter" "$@"; }
 no_leak() {
     if [ -n "$PW" ]; then assert_not_contains "$ERR$OUT" "$PW" "$1: no password"; fi
 }
@@ -59,42 +61,44 @@ SQL
 uuid() { cat /proc/sys/kernel/random/uuid; }
 
 section "the reference SQL and lease on one key"
+# tokens=counter: the reference SQL's +1 on both sides, checked to the
+# number (clock tokens mixed with it: pg_store_clock.c).
 K="${P}tenant-42"
 R1=$(uuid)
 R2=$(uuid)
 tok=$(refsql_acquire "$K" "$R1" "30 seconds")
 assert_eq "$tok" 1 "the reference first acquire"
-L show "$K" --json
+LC show "$K" --json
 expect_rc 0 "show a lease taken by raw SQL"
 assert_eq "$(jget "$OUT" .state)" held "state"
 assert_eq "$(jget "$OUT" .owner)" "$R1" "owner"
 assert_eq "$(jget "$OUT" .token)" 1 "token"
-L acquire "$K" --ttl 30s
+LC acquire "$K" --ttl 30s
 expect_error 3 "acquire while the reference owner holds it"
 assert_contains "$ERR" "$R1" "the busy message names the holder"
-L renew "$K" --owner "$R1" --token 1 --ttl 30s
+LC renew "$K" --owner "$R1" --token 1 --ttl 30s
 expect_rc 0 "lease renews the reference lease"
-L release "$K" --owner "$R1" --token 1
+LC release "$K" --owner "$R1" --token 1
 expect_rc 0 "lease releases the reference lease"
-L acquire "$K" --ttl 30s --json
+LC acquire "$K" --ttl 30s --json
 expect_rc 0 "acquire after the reference release"
 assert_eq "$(jget "$OUT" .token)" 2 "the token continues"
 O2=$(jget "$OUT" .owner)
 assert_eq "$(refsql_acquire "$K" "$R2" "30 seconds")" "" "the reference SQL is refused while lease holds it"
 assert_eq "$(refsql_release "$K" "$O2" 1)" 0 "the reference release with an old token changes nothing"
 assert_eq "$(refsql_release "$K" "$O2" 2)" 1 "the reference SQL releases lease's lease"
-L renew "$K" --owner "$O2" --token 2
+LC renew "$K" --owner "$O2" --token 2
 expect_error 4 "renew after the reference SQL released it"
 assert_eq "$(refsql_acquire "$K" "$R2" "30 seconds")" 3 "the reference acquire continues the tokens"
-L show "$K" --json
+LC show "$K" --json
 assert_eq "$(jget "$OUT" .token)" 3 "show: token 3"
 assert_eq "$(jget "$OUT" .owner)" "$R2" "show: the reference owner"
 assert_eq "$(refsql_release "$K" "$R2" 3)" 1 "the reference SQL releases its own"
-L acquire "$K" --ttl 30s --json
+LC acquire "$K" --ttl 30s --json
 assert_eq "$(jget "$OUT" .token)" 4 "lease after the reference SQL: 4"
-L release "$K" --owner "$(jget "$OUT" .owner)" --token 4
+LC release "$K" --owner "$(jget "$OUT" .owner)" --token 4
 expect_rc 0 "release 4"
-L ls "$P" --json
+LC ls "$P" --json
 assert_eq "$(jget "$OUT" '.[0].token')" 4 "ls shows the key with token 4"
 assert_eq "$(jget "$OUT" '.[0].state')" free "ls: free"
 

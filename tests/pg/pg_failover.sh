@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# pg_failover.sh sync|async [stall] PG_SERVER_SCRIPT FAILOVER_CLIENT
+# pg_failover.sh sync|async [stall] [counter] PG_SERVER_SCRIPT FAILOVER_CLIENT
 #
 # A primary and a streaming standby on loopback (scripts/pg-server.sh), a
 # client (pg_failover_client) acquiring and releasing one key through the
@@ -24,11 +24,23 @@
 #       still pass. With async, the tokens acknowledged during the stall
 #       cannot be on the standby: the run checks that the measurement sees
 #       them lost (and reissued), i.e. that it can see a loss at all.
+#
+# Tokens: clock (the store's default) unless `counter` is given (the URL
+# then gets &tokens=counter). With clock tokens a grant is at least the
+# server's clock in microseconds, so the promoted standby goes on above
+# every token the old primary issued, lost or not: then async is held to
+# the sync rules (greater after the promotion, none twice, growing) and the
+# grants lost with the old primary are only counted: tokens acknowledged
+# before the promotion above the last token the standby had replayed
+# (read on it just before the promotion). With counter tokens async keeps
+# today's verdict: reported; with stall, the loss and reissue must show.
 set -u
 MODE=${1:?usage: pg_failover.sh sync|async [stall] PG_SERVER_SCRIPT FAILOVER_CLIENT}
 shift
 STALL=
 if [ "${1:-}" = stall ]; then STALL=1; shift; fi
+TOKENS=clock
+if [ "${1:-}" = counter ]; then TOKENS=counter; shift; fi
 PG_SERVER=${1:?missing PG_SERVER_SCRIPT}
 CLIENT=${2:?missing FAILOVER_CLIENT}
 case $MODE in sync|async) ;; *) echo "mode must be sync or async" >&2; exit 2 ;; esac
@@ -55,10 +67,10 @@ wait_until() {
 client_alive() { kill -0 "$CPID" 2>/dev/null; }
 client_gone() { ! client_alive; }
 have() { [ "$(n_ok "$1" "${3:-0}")" -ge "$2" ] || ! client_alive; }
-su_psql() { # DIR SQL: as the superuser over the server's Unix socket
+su_psql() { # DIR SQL [DB]: as the superuser over the server's Unix socket
     local as=()
     [ "$(id -u)" -eq 0 ] && as=(runuser -u postgres --)
-    "${as[@]}" psql -h "$1" -p "$(cat "$1/port")" -U postgres -d postgres -X -At -c "$2"
+    "${as[@]}" psql -h "$1" -p "$(cat "$1/port")" -U postgres -d "${3:-postgres}" -X -At -c "$2"
 }
 
 pg_tmpdir
@@ -67,11 +79,12 @@ pg_start primary || exit 1
 P1=$PG_PORT
 pg_start standby standby "$PG_T/primary" "$MODE" || exit 1
 P2=$PG_PORT
-NAME="$MODE${STALL:+ (stalled standby)}"
+NAME="$MODE${STALL:+ (stalled standby)}, $TOKENS tokens"
 echo "# $NAME: primary on $P1, standby on $P2, ready in $(($(ms) - t0)) ms"
 echo "# $(su_psql "$PG_T/primary" "SELECT 'primary: synchronous_standby_names=''' || current_setting('synchronous_standby_names') || ''', synchronous_commit=' || current_setting('synchronous_commit') || ', standby ' || string_agg(application_name || ' ' || state || '/' || sync_state, ', ') FROM pg_stat_replication")"
 PW=$(cat "$PG_T/primary/password")
 URL="postgres://lease:$PW@127.0.0.1:$P1,127.0.0.1:$P2/lease?target_session_attrs=read-write"
+[ "$TOKENS" = counter ] && URL="$URL&tokens=counter"
 
 mkdir "$PG_T/ctl"
 "$CLIENT" "$URL" "$PG_T/ctl" 100 >"$PG_T/client.out" 2>"$PG_T/client.err" &
@@ -102,6 +115,11 @@ touch "$PG_T/ctl/killing"
 pg_stop primary
 echo "# primary killed (-m immediate) after $(n_ok old) acknowledged tokens"
 sleep 0.3
+# The last token the standby has (nothing reaches it any more): what the
+# promoted server goes on from.
+SMAX=$(su_psql "$PG_T/standby" "SELECT coalesce(max(fencing_token), 0) FROM coordination_lease" lease)
+[[ "$SMAX" =~ ^[0-9]+$ ]] || { echo "FAIL: cannot read the standby's last token ('$SMAX')" >&2; exit 1; }
+echo "# the standby's last token before the promotion: $SMAX"
 bash "$PG_SERVER" promote "$PG_T/standby" || { echo "FAIL: promote failed" >&2; exit 1; }
 touch "$PG_T/ctl/promoted"
 t_prom=$(ms)
@@ -122,8 +140,10 @@ echo "# client exit $crc; acquires that failed (after their 3 s wait): $(grep -c
 
 # The verdict, from the OK lines "OK token phase ms". Acknowledged before
 # the promotion: old, pre; issued after it: mid, post (the old primary was
-# dead by then).
-awk -v mode="$MODE" -v stall="$STALL" -v stalled="$STALLED" -v t_kill="$t_kill" '
+# dead by then). Clock tokens (~1.8e15) are exact in awk's doubles, but
+# must print and key arrays as integers, not as %.6g.
+awk -v CONVFMT=%.0f -v OFMT=%.0f -v mode="$MODE" -v stall="$STALL" -v stalled="$STALLED" -v t_kill="$t_kill" \
+    -v tokens="$TOKENS" -v smax="$SMAX" '
 $1 == "OK" {
     n++; tok = $2 + 0; ph = $3
     seen[tok]++
@@ -151,18 +171,24 @@ function ranges(want, lo, hi,    t, out, start) {
 END {
     lost = 0; nre = 0
     for (t in pre) if (minpost != "" && t + 0 >= minpost) { lost++; lostset[t + 0] = 1 }
+    # Acknowledged but never on the standby (its last token, smax): with
+    # clock tokens lost with the old primary, yet not issued again.
+    gone = 0
+    for (t in pre) if (t + 0 > smax + 0) gone++
     for (t in post) if (t in pre) { nre++; reset[t + 0] = 1 }
     lostlist = ranges(lostset, minpost + 0, maxpre + 0)
     reissued = nre ? ranges(reset, minpost + 0, maxpre + 0) " (" nre " values)" : ""
     printf "# %s: %d tokens acknowledged before the promotion (max %s), %d after (min %s); first grant %s ms after the kill\n",
         mode, npre, maxpre, npost, minpost, first_after - t_kill
-    printf "%s failover%s: %d acknowledged tokens lost, reissued token values:%s\n",
-        mode, stall ? " (standby stalled, " stalled " tokens acknowledged during the stall)" : "",
+    printf "%s failover, %s tokens%s: %d acknowledged tokens lost, reissued token values:%s\n",
+        mode, tokens, stall ? " (standby stalled, " stalled " tokens acknowledged during the stall)" : "",
         lost, reissued == "" ? " none" : reissued
+    printf "%s failover, %s tokens: %d acknowledged grants never reached the standby (tokens above its last, %s)\n",
+        mode, tokens, gone, smax
     if (lost > 0) printf "%s failover: acknowledged before the promotion but not on the promoted standby:%s\n", mode, lostlist
     bad = 0
     if (npre == 0 || npost == 0) { print "FAIL: no tokens on one side of the failover"; bad = 1 }
-    if (mode == "sync") {
+    if (mode == "sync" || tokens == "clock") {
         if (minpost != "" && minpost <= maxpre) {
             printf "FAIL: a token issued after the promotion (%s) is not greater than one acknowledged before it (%s)\n", minpost, maxpre
             bad = 1

@@ -6,6 +6,7 @@
  *   pg_store_refsql.c    the reference SQL and lease on the same tables;
  *                        table names from the URL
  *   pg_store_history.c   the grant history table
+ *   pg_store_clock.c     clock-floored tokens (?tokens=clock, the default)
  *   pg_store_txn.c       the guarded transaction, resource-side fencing,
  *                        advisory locks
  *   pg_store_wait.c      LISTEN/NOTIFY wake-ups, bounded waits, 32 racing
@@ -14,10 +15,13 @@
  *
  * This file runs them:
  *
- *     pg_store URL [TEST_NAME_PATTERN]
+ *     pg_store URL [TEST_NAME_PATTERN [URL_PARAMS]]
  *
  * URL is the shared test server's (scripts/test.sh exports it as
  * LEASE_TEST_PG_URL); without one the program fails, it never skips.
+ * URL_PARAMS ("a=b&c=d") are added to it: the tests written for the
+ * reference SQL's consecutive tokens (schema, history) run with
+ * tokens=counter, the token kind they check to the number.
  * The pattern (cmocka's, '*' and '?') picks tests, so that ctest can run
  * the groups as separate tests. Every key lives under "pg/<uuid>/" and
  * every table or schema a test makes has a random name, dropped at the end.
@@ -38,6 +42,12 @@ int main(int argc, char **argv)
         CONF_TEST(test_history_without_rights),
         CONF_TEST(test_history_refsql_sql_interleaved),
         CONF_TEST(test_history_table_name_from_url),
+        CONF_TEST(test_clock_tokens_follow_the_clock),
+        CONF_TEST(test_clock_and_counter_handles_mix),
+        CONF_TEST(test_clock_refsql_interop),
+        CONF_TEST(test_clock_behind_is_reported),
+        CONF_TEST(test_clock_history_bound),
+        CONF_TEST(test_clock_bad_tokens_param),
         CONF_TEST(test_guarded_txn_locks_and_commits),
         CONF_TEST(test_guarded_txn_elost),
         CONF_TEST(test_guarded_txn_timeouts),
@@ -73,7 +83,13 @@ int main(int argc, char **argv)
         fprintf(stderr, "%s: no test matches '%s'\n", argv[0], argv[2]);
         return 1;
     }
-    if (conf_init(2, argv, "pg") != 0)
+    if (argc > 3 && argv[3][0] != '\0') {
+        char *args[2] = { argv[0], url_with(argv[1], argv[3]) };
+        rc = conf_init(2, args, "pg"); /* conf_url: args[1], kept to the end */
+    } else {
+        rc = conf_init(2, argv, "pg");
+    }
+    if (rc != 0)
         return 1;
     rc = _cmocka_run_group_tests("postgres store", picked, n, NULL, NULL);
     conf_store_close();

@@ -29,6 +29,14 @@ void test_history_without_rights(void **state);
 void test_history_refsql_sql_interleaved(void **state);
 void test_history_table_name_from_url(void **state);
 
+/* pg_store_clock.c */
+void test_clock_tokens_follow_the_clock(void **state);
+void test_clock_and_counter_handles_mix(void **state);
+void test_clock_refsql_interop(void **state);
+void test_clock_behind_is_reported(void **state);
+void test_clock_history_bound(void **state);
+void test_clock_bad_tokens_param(void **state);
+
 /* pg_store_txn.c */
 void test_advisory_key_is_fnv1a(void **state);
 void test_guarded_txn_locks_and_commits(void **state);

@@ -337,16 +337,8 @@ void test_schema_table_names_from_url(void **state)
 
     /* Names that are not plain lower-case identifiers are refused before
      * any SQL is built from them. */
-    for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
-        char *u = url_with(conf_url, bad[i]);
-        lease_store *x = NULL;
-        lease_error_clear();
-        if (lease_store_open(&x, u) != LEASE_EINVALID)
-            fail_msg("opening with %s: expected EINVALID, got %s (%s)", bad[i],
-                     lease_error_name(lease_errcode()), lease_errmsg());
-        assert_null(x);
-        free(u);
-    }
+    for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+        expect_open_einvalid(conf_url, bad[i]);
     /* ... and the default table is still there. */
     v = raw_scalar(c, "SELECT to_regclass('coordination_lease') IS NOT NULL", 0, NULL);
     assert_string_equal(v, "t");

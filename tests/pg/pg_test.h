@@ -87,12 +87,39 @@ static void raw_quiet(void *arg, const char *message)
     (void)message;
 }
 
-/* A libpq connection of our own to `url` (no lease_* parameters in it).
- * Never prints the URL: it holds a password. */
+/* `url` without its tokens= parameter (the store's, which libpq refuses:
+ * pg_store may run with tokens=counter in the URL); malloc'ed. */
+static inline char *url_without_tokens(const char *url)
+{
+    char *out = strdup(url), *q = out ? strchr(out, '?') : NULL, *p;
+
+    if (out == NULL)
+        fail_msg("out of memory");
+    for (p = q ? q + 1 : NULL; p && *p;) {
+        size_t n = strcspn(p, "&");
+
+        if (strncmp(p, "tokens=", 7) == 0 && n >= 7) {
+            memmove(p, p + n + (p[n] == '&'), strlen(p + n + (p[n] == '&')) + 1);
+            continue;
+        }
+        p += n + (p[n] == '&');
+    }
+    if (q) {
+        size_t len = strlen(out);
+        while (len > 0 && (out[len - 1] == '&' || out[len - 1] == '?'))
+            out[--len] = '\0';
+    }
+    return out;
+}
+
+/* A libpq connection of our own to `url` (no lease_* parameters in it
+ * but tokens=, taken out here). Never prints the URL: it holds a password. */
 static inline PGconn *raw_connect(const char *url)
 {
-    PGconn *c = PQconnectdb(url);
+    char *plain = url_without_tokens(url);
+    PGconn *c = PQconnectdb(plain);
 
+    free(plain);
     if (c == NULL || PQstatus(c) != CONNECTION_OK) {
         char msg[512];
         snprintf(msg, sizeof(msg), "%s", c ? PQerrorMessage(c) : "out of memory");
@@ -198,6 +225,21 @@ static inline char *url_with(const char *base, const char *params)
         fail_msg("out of memory");
     snprintf(out, n, "%s%c%s", base, strchr(base, '?') ? '&' : '?', params);
     return out;
+}
+
+/* Opening base with params must be refused with EINVALID, and leave no
+ * handle. */
+static inline void expect_open_einvalid(const char *base, const char *params)
+{
+    char *u = url_with(base, params);
+    lease_store *x = NULL;
+
+    lease_error_clear();
+    if (lease_store_open(&x, u) != LEASE_EINVALID)
+        fail_msg("opening with %s: expected EINVALID, got %s (%s)", params,
+                 lease_error_name(lease_errcode()), lease_errmsg());
+    assert_null(x);
+    free(u);
 }
 
 /*

@@ -51,7 +51,9 @@ static const char usage_run[] =
     "nothing of the store's.\n"
     "exit: CMD's exit status (128+N if killed by signal N; 127 if CMD was not\n"
     "found, 126 if it could not be run); 4 if CMD had to be stopped because the\n"
-    "lease was lost; 3, 6 or 7 if KEY could not be acquired.\n";
+    "lease was lost, or ran on past it (lost while running: lease itself was\n"
+    "stopped past the deadline, or its release found KEY taken); 3, 6 or 7 if KEY\n"
+    "could not be acquired.\n";
 
 static const char usage_elect[] =
     "usage: lease elect NAME [--ttl DUR] [--wait DUR] [--label TEXT] [--grace DUR] [--json]\n"
@@ -63,8 +65,8 @@ static const char usage_elect[] =
     "LEASE_TTL_MS. Step-down policy: as soon as a renewal fails or the deadline\n"
     "comes near, leadership is uncertain and CMD's process group gets SIGTERM, then\n"
     "SIGKILL, so that it is gone before leadership ends. Options and exit codes as\n"
-    "for lease run (4: CMD was stopped because leadership ended; 130: interrupted\n"
-    "while campaigning).\n";
+    "for lease run (4: CMD was stopped because leadership ended, or ran on past it;\n"
+    "130: interrupted while campaigning).\n";
 
 static int lost_pipe[2] = { -1, -1 };
 
@@ -544,14 +546,20 @@ static int run_wait(run_stop *st, int sfd, const authority *au,
 }
 
 /* After the child: end its group, log, release while the lease may still
- * be ours (so the next holder need not wait for the ttl; a lost lease gives
- * ELOST, harmlessly). */
+ * be ours (so the next holder need not wait for the ttl). A child whose
+ * exit was seen only after the local deadline (the supervisor was stopped
+ * or starved, so it could not stop the child in time), or whose release
+ * found the lease taken, ran without authority at some point: that is
+ * said ("lost while running") and exits 4, not the child's code, so that a
+ * scheduler does not take the work for done under the lease. A child
+ * stopped in time for a loss exits 4 as well, without that line. */
 static int run_finish(const run_stop *st, int status, const authority *au,
                       const run_log *log)
 {
     int64_t exited = lease_clock_ns(), deadline = auth_deadline(au);
     int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
     int valid = auth_valid(au), rc;
+    const char *why = NULL;
 
     kill(-st->child, SIGKILL);
     event(log, "exited", st->stopped_for_loss,
@@ -561,6 +569,22 @@ static int run_finish(const run_stop *st, int status, const authority *au,
     rc = auth_end(au, valid);
     if (valid)
         event(log, rc == 0 ? "released" : "release_failed", rc != 0, NULL);
+    if (exited >= deadline)
+        why = "the lease ended before the command's exit was seen";
+    else if (valid && rc == LEASE_ELOST)
+        why = "its release found the lease taken";
+    if (why) {
+        event(log, "lost_while_running", 0,
+              json_pack("{s:i, s:s}", "code", code, "reason", why));
+        if (!log->json) {
+            fputs("lease run: ", stderr);
+            cli_put_text(stderr, log->key);
+            fprintf(stderr, ": lost while running (token %llu): %s; the command "
+                    "exited %d, lease exits 4\n", (unsigned long long)log->token, why,
+                    code);
+        }
+        return EXIT_LOST;
+    }
     return st->stopped_for_loss ? EXIT_LOST : code;
 }
 

@@ -13,18 +13,6 @@ DB=$T/elect.db
 S=sqlite://$DB
 export LEASE_STORE=$S
 export T
-# A child's busy loop, bounded so that nothing outlives a broken test for long.
-LOOP_60S='i=0; while [ $i -lt 1200 ]; do sleep 0.05; i=$((i+1)); done'
-
-# events FILE: the JSON event lines of a `--json` stderr, as one JSON array.
-events() {
-    grep '^{' "$1" 2>/dev/null | jq -s 'map(select(has("level") | not))' 2>/dev/null || echo '[]'
-}
-
-ev() {
-    events "$1" | jq -r "$2" 2>/dev/null || echo "<bad json>"
-}
-
 file_has() {
     grep -q "$2" "$1" 2>/dev/null
 }

@@ -12,21 +12,6 @@ S=sqlite://$DB
 export LEASE_STORE=$S
 export T
 OWNER_B=6f1c2b7e-1d2a-4c3b-9e8f-0a1b2c3d4e5f
-# A child's busy loop, bounded so that nothing outlives a broken test for long.
-LOOP_60S='i=0; while [ $i -lt 1200 ]; do sleep 0.05; i=$((i+1)); done'
-
-# events FILE: the JSON event lines of a `lease run --json` stderr, as one
-# JSON array (non-JSON lines are skipped, and so are the library's own log
-# lines, which carry a "level").
-events() {
-    grep '^{' "$1" 2>/dev/null | jq -s 'map(select(has("level") | not))' 2>/dev/null || echo '[]'
-}
-
-# ev FILE JQ_FILTER: jq -r over the events array.
-ev() {
-    events "$1" | jq -r "$2" 2>/dev/null || echo "<bad json>"
-}
-
 key_not_held() {
     key_state_is "$1" free || key_state_is "$1" expired
 }

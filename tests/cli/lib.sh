@@ -290,6 +290,21 @@ wait_for() {
     return 1
 }
 
+# events FILE: the JSON event lines of a `lease run/elect --json` stderr, as
+# one JSON array (non-JSON lines are skipped, and so are the library's own
+# log lines, which carry a "level").
+events() {
+    grep '^{' "$1" 2>/dev/null | jq -s 'map(select(has("level") | not))' 2>/dev/null || echo '[]'
+}
+
+# ev FILE JQ_FILTER: jq -r over the events array.
+ev() {
+    events "$1" | jq -r "$2" 2>/dev/null || echo "<bad json>"
+}
+
+# A child's busy loop, bounded so that nothing outlives a broken test for long.
+LOOP_60S='i=0; while [ $i -lt 1200 ]; do sleep 0.05; i=$((i+1)); done'
+
 # Predicates for wait_for.
 key_state_is() {
     # key_state_is KEY STATE [STORE_URL]

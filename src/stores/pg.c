@@ -55,6 +55,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <jansson.h>
 #include <libpq-fe.h>
 
 #include "pg_text.h"
@@ -66,6 +67,7 @@ enum {
     ST_ACQUIRE,
     ST_HOLDER,
     ST_RENEW,
+    ST_RENEW_MANY,
     ST_RELEASE,
     ST_INSPECT,
     ST_LIST,
@@ -86,6 +88,7 @@ enum {
 #define T_INT8 20
 #define T_UUID 2950
 #define T_INTERVAL 1186
+#define T_JSON 114
 
 static const struct {
     int n;
@@ -94,6 +97,7 @@ static const struct {
     [ST_ACQUIRE] = { 5, { T_TEXT, T_UUID, T_INTERVAL, T_TEXT, T_INT8 } },
     [ST_HOLDER] = { 1, { T_TEXT } },
     [ST_RENEW] = { 5, { T_TEXT, T_UUID, T_INT8, T_INTERVAL, T_INT8 } },
+    [ST_RENEW_MANY] = { 3, { T_JSON, T_INTERVAL, T_INT8 } },
     [ST_RELEASE] = { 3, { T_TEXT, T_UUID, T_INT8 } },
     [ST_INSPECT] = { 1, { T_TEXT } },
     [ST_LIST] = { 1, { T_BYTEA } },
@@ -794,6 +798,27 @@ static char *sql_renew(const pg_store *s, int has_label, int has_ttl)
         s->lease_table, has_ttl ? ", lease_ttl_ms = $5::bigint" : "");
 }
 
+/*
+ * sql_renew for many grants of one call: $1 a JSON array of
+ * {"k": key, "o": owner, "t": token} (built by jansson), $2 the interval,
+ * $3 the ttl in ms. The same conditions as sql_renew, row by row, so a
+ * grant is renewed exactly when renew would have renewed it. A key sent
+ * twice joins its row twice; PostgreSQL then updates the row once (an
+ * UPDATE ... FROM never updates a row twice), so duplicates cannot make
+ * the statement fail. It answers the keys and tokens it renewed.
+ */
+static char *sql_renew_many(const pg_store *s, int has_label, int has_ttl)
+{
+    (void)has_label;
+    return pg_fmt(
+        "UPDATE %s AS l SET lease_until = clock_timestamp() + $2::interval%s "
+        "FROM json_to_recordset($1::json) AS r(k text, o uuid, t bigint) "
+        "WHERE l.resource_key = r.k AND l.owner_id = r.o "
+        "AND l.fencing_token = r.t AND l.lease_until > clock_timestamp() "
+        "RETURNING l.resource_key, l.fencing_token",
+        s->lease_table, has_ttl ? ", lease_ttl_ms = $3::bigint" : "");
+}
+
 /* The reference release, and a notification for waiters in the same
  * round trip (sent on commit, so only for a release that happened).
  * With a history, the same statement ends the grant's entry; only a
@@ -942,6 +967,7 @@ static const struct {
     { ST_ACQUIRE, WITH_HISTORY, .cols = sql_acquire_history },
     { ST_HOLDER, ALWAYS, .cols = sql_holder },
     { ST_RENEW, ALWAYS, .cols = sql_renew },
+    { ST_RENEW_MANY, ALWAYS, .cols = sql_renew_many },
     { ST_RELEASE, ALWAYS, .cols = sql_release },
     { ST_INSPECT, ALWAYS, .cols = sql_inspect },
     { ST_LIST, ALWAYS, .cols = sql_list },
@@ -1787,6 +1813,133 @@ static int pg_renew(uint64_t *granted_ms, lease_store *base, const char *key,
     return 0;
 }
 
+/* One grant as sent by renew_many: its key as stored (pg_enc), pointing
+ * into the JSON sent, its token, and its place in the caller's arrays. */
+typedef struct {
+    const char *key;
+    uint64_t token;
+    size_t i;
+} pg_sent;
+
+static int sent_cmp(const void *a, const void *b)
+{
+    const pg_sent *x = a, *y = b;
+    int c = strcmp(x->key, y->key);
+
+    if (c != 0)
+        return c;
+    return x->token < y->token ? -1 : x->token > y->token;
+}
+
+/*
+ * The grants as one JSON array for json_to_recordset, built by jansson
+ * (never by hand: keys may hold quotes, backslashes, any byte); `sent`
+ * points at its keys, so the array lives until the answer is matched.
+ * Keys go through pg_enc as in every other statement: what is not UTF-8
+ * is stored hex-escaped (and jansson takes only UTF-8).
+ */
+static json_t *renew_many_json(pg_sent *sent, const lease_grant *grants, size_t n)
+{
+    json_t *arr = json_array(), *g;
+    char ek[ENC_SIZE];
+    size_t i;
+
+    for (i = 0; arr && i < n; i++) {
+        g = json_pack("{s:s, s:s, s:I}", "k", pg_enc(ek, grants[i].key), "o",
+                      grants[i].owner, "t", (json_int_t)grants[i].token);
+        if (g == NULL || json_array_append_new(arr, g) < 0) {
+            json_decref(arr);
+            return NULL;
+        }
+        sent[i].key = json_string_value(json_object_get(g, "k"));
+        sent[i].token = grants[i].token;
+        sent[i].i = i;
+    }
+    return arr;
+}
+
+/*
+ * Each row of the answer (key, token) must be a grant that was sent, and
+ * come once (an UPDATE changes a row once): its grants (more than one only
+ * if the caller sent a key twice) are renewed. Anything else is a
+ * malformed answer, LEASE_ESTORE. `sent` is sorted by sent_cmp.
+ */
+static int renew_many_match(int *results, uint64_t *granted_ms, const PGresult *res,
+                            pg_sent *sent, size_t n, uint64_t ttl_ms)
+{
+    int row, rows = PQntuples(res), rc;
+    pg_sent want, *hit;
+
+    for (row = 0; row < rows; row++) {
+        if (PQgetisnull(res, row, 0))
+            return lease__seterr(LEASE_ESTORE, "postgres renew: the answer has "
+                                 "a NULL key");
+        if ((rc = pg_token(&want.token, res, row, 1, 0, "fencing token")) < 0)
+            return rc;
+        want.key = PQgetvalue(res, row, 0);
+        hit = bsearch(&want, sent, n, sizeof(*sent), sent_cmp);
+        if (hit == NULL)
+            return lease__seterr(LEASE_ESTORE, "postgres renew: the answer "
+                                 "renewed a key and token it was not sent");
+        while (hit > sent && sent_cmp(hit - 1, &want) == 0)
+            hit--;
+        if (results[hit->i] == 0)
+            return lease__seterr(LEASE_ESTORE, "postgres renew: the answer "
+                                 "names one key twice");
+        for (; hit < sent + n && sent_cmp(hit, &want) == 0; hit++) {
+            results[hit->i] = 0;
+            granted_ms[hit->i] = ttl_ms;
+        }
+    }
+    return 0;
+}
+
+/*
+ * Every grant in ONE statement (sql_renew_many), bounded by the handle's
+ * timeout as any call: the renewed ones come back, the others were
+ * refused (LEASE_ELOST, as renew would say). The ttl is granted exactly.
+ */
+static int pg_renew_many(int *results, uint64_t *granted_ms, lease_store *base,
+                         const lease_grant *grants, size_t n, uint64_t ttl_ms)
+{
+    pg_store *s = (pg_store *)base;
+    char ttl[48], ms[24], *text = NULL;
+    const char *v[3] = { NULL, ttl, ms };
+    pg_sent *sent;
+    PGresult *res = NULL;
+    json_t *arr = NULL;
+    size_t i;
+    int rc;
+
+    if (n > INT_MAX)
+        return lease__seterr(LEASE_EINVALID, "too many grants in one renewal");
+    for (i = 0; i < n; i++) {
+        results[i] = LEASE_ELOST;
+        granted_ms[i] = 0;
+    }
+    if ((sent = malloc((n ? n : 1) * sizeof(*sent))) == NULL ||
+        (arr = renew_many_json(sent, grants, n)) == NULL ||
+        (text = json_dumps(arr, JSON_COMPACT)) == NULL) {
+        rc = lease__seterr(LEASE_ENOMEM, "postgres renew: out of memory "
+                           "building the grants' JSON");
+        goto out;
+    }
+    qsort(sent, n, sizeof(*sent), sent_cmp);
+    ttl_text(ttl, sizeof(ttl), ttl_ms);
+    u64_text(ms, sizeof(ms), ttl_ms);
+    v[0] = text;
+    if ((rc = exec_prepared(&res, s, ST_RENEW_MANY, v, NULL, NULL, "renew")) < 0)
+        goto out;
+    if ((rc = pg_want(res, 2, (int)n, "renew")) == 0)
+        rc = renew_many_match(results, granted_ms, res, sent, n, ttl_ms);
+out:
+    PQclear(res);
+    free(text);
+    json_decref(arr);
+    free(sent);
+    return rc;
+}
+
 static int pg_release(lease_store *base, const char *key, const char *owner,
                       uint64_t token)
 {
@@ -2233,7 +2386,8 @@ const lease_backend lease__pg_backend = {
     .version = LEASE_BACKEND_VERSION,
     .name = "postgres",
     .schemes = lease__pg_schemes,
-    .features = LEASE_FEATURE_TXN | LEASE_FEATURE_NOTIFY | LEASE_FEATURE_ADVISORY,
+    .features = LEASE_FEATURE_TXN | LEASE_FEATURE_NOTIFY | LEASE_FEATURE_ADVISORY |
+                LEASE_FEATURE_RENEW_MANY,
     .store_size = sizeof(pg_store),
     .open3 = pg_open,
     .close = pg_close,
@@ -2248,7 +2402,7 @@ const lease_backend lease__pg_backend = {
     .data_get = pg_data_get,
     .guarded_txn = pg_guarded_txn,
     .wait_release = pg_wait_release,
-    .renew_many = NULL,
+    .renew_many = pg_renew_many,
     .set_timeout = pg_set_timeout,
     .advisory_txn = pg_advisory_txn,
     .history = pg_history,

@@ -59,6 +59,8 @@
  * the helpers they share in lib.lua, which is sent in front of each; the
  * build embeds them as LEASE_REDIS_* (redis_text.h). To run one alone:
  *   cat lib.lua fence.lua > /tmp/f.lua && redis-cli --eval /tmp/f.lua KEY , ARG
+ * renew_many (a session's batch) is no script of its own: it pipelines one
+ * renew.lua call per grant, so each stays atomic on its own {K} keys.
  * The history is written by the same scripts that grant, extend and
  * end a lease, so no grant can happen without its entry. Tokens never go
  * backwards across a restart only when the server persists every write
@@ -577,40 +579,63 @@ static int redis_ensure(redis_store *s)
     return 0;
 }
 
+/* EVALSHA, the script, the key count, then KEYS and ARGV: the most any
+ * script takes is 8 (acquire). */
+#define EVAL_ARGV_MAX 12
+
+/* The command line of EVALSHA <script> <nkeys> args... into argv/lv;
+ * `nk` (>= 8 bytes) holds the key count's text. Returns argc. Shared by
+ * redis_eval and the pipelined renewals, so both send the same command. */
+static int eval_argv(const char **argv, size_t *lv, char *nk,
+                     const redis_store *s, int which, int nkeys,
+                     const char **args, const size_t *lens, int nargs)
+{
+    int i;
+
+    snprintf(nk, 8, "%d", nkeys);
+    argv[0] = "EVALSHA";
+    lv[0] = 7;
+    argv[1] = s->sha[which];
+    lv[1] = 40;
+    argv[2] = nk;
+    lv[2] = strlen(nk);
+    for (i = 0; i < nargs; i++) {
+        argv[3 + i] = args[i];
+        lv[3 + i] = lens ? lens[i] : strlen(args[i]);
+    }
+    return 3 + nargs;
+}
+
+/* The server lost its scripts (a restart, a failover, SCRIPT FLUSH). */
+static int redis_noscript(const redisReply *r)
+{
+    return r && r->type == REDIS_REPLY_ERROR && r->str &&
+           strncmp(r->str, "NOSCRIPT", 8) == 0;
+}
+
 /* EVALSHA, reloading the scripts once if the server forgot them. */
 static int redis_eval(redisReply **out, redis_store *s, int which, int nkeys,
                       const char **args, const size_t *lens, int nargs,
                       const char *what)
 {
-    const char *argv[12];
-    size_t lv[12];
+    const char *argv[EVAL_ARGV_MAX];
+    size_t lv[EVAL_ARGV_MAX];
     char nk[8];
-    int i, rc, attempt;
+    int argc, rc, attempt;
 
     *out = NULL;
-    snprintf(nk, sizeof(nk), "%d", nkeys);
     for (attempt = 0; attempt < 2; attempt++) {
         redisReply *r;
 
         if ((rc = redis_ensure(s)) < 0)
             return rc;
-        argv[0] = "EVALSHA";
-        lv[0] = 7;
-        argv[1] = s->sha[which];
-        lv[1] = 40;
-        argv[2] = nk;
-        lv[2] = strlen(nk);
-        for (i = 0; i < nargs; i++) {
-            argv[3 + i] = args[i];
-            lv[3 + i] = lens ? lens[i] : strlen(args[i]);
-        }
-        rc = redis_call(&r, s, s->ctx, 3 + nargs, argv, lv, what);
+        argc = eval_argv(argv, lv, nk, s, which, nkeys, args, lens, nargs);
+        rc = redis_call(&r, s, s->ctx, argc, argv, lv, what);
         if (rc == 0) {
             *out = r;
             return 0;
         }
-        if (r && r->type == REDIS_REPLY_ERROR && strncmp(r->str, "NOSCRIPT", 8) == 0 &&
-            attempt == 0) {
+        if (redis_noscript(r) && attempt == 0) {
             freeReplyObject(r);
             if ((rc = load_scripts(s)) < 0)
                 return rc;
@@ -871,29 +896,154 @@ static int redis_outcome(const redisReply *r, const char *what)
     return v < 0 ? redis_odd(what, "not the integer 0 or 1") : v;
 }
 
+/* The KEYS and ARGV of renew.lua for one grant: lease, history, owner,
+ * token, ttl_ms, in args[0..5) (the buffers are the caller's). */
+typedef struct {
+    char lk[KEYBUF], hk[KEYBUF], tok[24], ttl[24];
+    const char *args[5];
+} renew_args;
+
+static void renew_args_of(renew_args *a, const redis_store *s, const char *key,
+                          const char *owner, uint64_t token, uint64_t ttl_ms)
+{
+    key_of(a->lk, sizeof(a->lk), s, "", key, ":lease");
+    key_of(a->hk, sizeof(a->hk), s, "", key, ":history");
+    snprintf(a->tok, sizeof(a->tok), "%llu", (unsigned long long)token);
+    snprintf(a->ttl, sizeof(a->ttl), "%llu", (unsigned long long)ttl_ms);
+    a->args[0] = a->lk;
+    a->args[1] = a->hk;
+    a->args[2] = owner;
+    a->args[3] = a->tok;
+    a->args[4] = a->ttl;
+}
+
+/* What renew.lua's reply means for (key, token): 0 extended, LEASE_ELOST
+ * (with the message) or LEASE_ESTORE for anything but 0 or 1. */
+static int renew_outcome(const redisReply *r, const char *key, uint64_t token)
+{
+    int rc = redis_outcome(r, "renew");
+
+    if (rc < 0)
+        return rc;
+    return rc == 0 ? lease__not_holder("renew", key, token, NULL) : 0;
+}
+
 static int redis_renew(uint64_t *granted_ms, lease_store *base, const char *key,
                        const char *owner, uint64_t token, uint64_t ttl_ms)
 {
     redis_store *s = (redis_store *)base;
-    char lk[KEYBUF], hk[KEYBUF], tok[24], ttl[24];
-    const char *args[5] = { lk, hk, owner, tok, ttl };
+    renew_args a;
     redisReply *r;
     int rc;
 
     redis_begin(s);
-    key_of(lk, sizeof(lk), s, "", key, ":lease");
-    key_of(hk, sizeof(hk), s, "", key, ":history");
-    snprintf(tok, sizeof(tok), "%llu", (unsigned long long)token);
-    snprintf(ttl, sizeof(ttl), "%llu", (unsigned long long)ttl_ms);
-    if ((rc = redis_eval(&r, s, SC_RENEW, 2, args, NULL, 5, "renew")) < 0)
+    renew_args_of(&a, s, key, owner, token, ttl_ms);
+    if ((rc = redis_eval(&r, s, SC_RENEW, 2, a.args, NULL, 5, "renew")) < 0)
         return rc;
-    rc = redis_outcome(r, "renew");
+    rc = renew_outcome(r, key, token);
     freeReplyObject(r);
     if (rc < 0)
         return rc;
-    if (rc == 0)
-        return lease__not_holder("renew", key, token, NULL);
     *granted_ms = ttl_ms;
+    return 0;
+}
+
+/* Queue one EVALSHA of renew.lua per grant on the command connection;
+ * nothing is sent yet (redis_roundtrip sends it all with the first read). */
+static int renew_many_send(redis_store *s, const lease_grant *grants, size_t n,
+                           uint64_t ttl_ms)
+{
+    const char *argv[EVAL_ARGV_MAX];
+    size_t lv[EVAL_ARGV_MAX], i;
+    char nk[8];
+    renew_args a;
+    int argc;
+
+    for (i = 0; i < n; i++) {
+        renew_args_of(&a, s, grants[i].key, grants[i].owner, grants[i].token,
+                      ttl_ms);
+        argc = eval_argv(argv, lv, nk, s, SC_RENEW, 2, a.args, NULL, 5);
+        if (redisAppendCommandArgv(s->ctx, argc, argv, lv) != REDIS_OK)
+            return redis_fail_ctx(s, s->ctx, "renew");
+    }
+    return 0;
+}
+
+/*
+ * Read the n replies of renew_many_send into results[]. Every reply is read
+ * even after an error reply, so that the connection stays in step for the
+ * retry after NOSCRIPT (*noscript set) or the next call. Any other error
+ * reply fails the whole call (LEASE_ESTORE: that grant's outcome is
+ * unknown, and a batch is one store call). A malformed reply drops the
+ * connection at once, the rest of the batch unread, as redis.c does for
+ * every malformed answer.
+ */
+static int renew_many_read(int *results, int *noscript, redis_store *s,
+                           const lease_grant *grants, size_t n)
+{
+    size_t i;
+    int rc, failed = 0;
+
+    *noscript = 0;
+    for (i = 0; i < n; i++) {
+        redisReply *r;
+
+        if ((rc = redis_roundtrip(&r, s, s->ctx, "renew")) < 0)
+            return rc;
+        if (redis_noscript(r)) {
+            *noscript = 1;
+        } else if (r->type == REDIS_REPLY_ERROR) {
+            char text[256];
+
+            if (!failed)
+                failed = lease__seterr(LEASE_ESTORE, "redis renew of '%s': %s",
+                                       grants[i].key,
+                                       redis_server_text(text, sizeof(text), s, r->str));
+        } else if ((results[i] = renew_outcome(r, grants[i].key,
+                                               grants[i].token)) == LEASE_ESTORE) {
+            freeReplyObject(r);
+            redis_drop(s);
+            return LEASE_ESTORE;
+        }
+        freeReplyObject(r);
+    }
+    return failed;
+}
+
+/*
+ * renew for n grants in one round trip: the n EVALSHA calls are pipelined
+ * (written together, then the n replies read), bounded as a whole by the
+ * handle's timeout like every slot. The scripts run one by one, each atomic
+ * on its own grant's {K} keys, so the batch is valid whatever slot each
+ * key hashes to. After NOSCRIPT on any reply (the grants before it may have
+ * been renewed: renewing again is harmless) the scripts are loaded again
+ * and the whole batch sent once more.
+ */
+static int redis_renew_many(int *results, uint64_t *granted_ms,
+                            lease_store *base, const lease_grant *grants,
+                            size_t n, uint64_t ttl_ms)
+{
+    redis_store *s = (redis_store *)base;
+    int rc, noscript = 0, attempt;
+    size_t i;
+
+    redis_begin(s);
+    for (attempt = 0; attempt < 2 && n > 0; attempt++) {
+        if ((rc = redis_ensure(s)) < 0 ||
+            (rc = renew_many_send(s, grants, n, ttl_ms)) < 0 ||
+            (rc = renew_many_read(results, &noscript, s, grants, n)) < 0)
+            return rc;
+        if (!noscript)
+            break;
+        if (attempt == 0 && (rc = load_scripts(s)) < 0)
+            return rc;
+    }
+    if (noscript)
+        return lease__seterr(LEASE_ESTORE,
+                             "redis renew: the server forgot the scripts "
+                             "again after they were loaded (NOSCRIPT)");
+    for (i = 0; i < n; i++)
+        granted_ms[i] = results[i] == 0 ? ttl_ms : 0;
     return 0;
 }
 
@@ -1599,7 +1749,7 @@ const lease_backend lease__redis_backend = {
     .version = LEASE_BACKEND_VERSION,
     .name = "redis",
     .schemes = lease__redis_schemes,
-    .features = LEASE_FEATURE_NOTIFY,
+    .features = LEASE_FEATURE_NOTIFY | LEASE_FEATURE_RENEW_MANY,
     .store_size = sizeof(redis_store),
     .open3 = redis_open,
     .close = redis_close,
@@ -1614,7 +1764,7 @@ const lease_backend lease__redis_backend = {
     .data_get = redis_data_get,
     .guarded_txn = NULL,
     .wait_release = redis_wait_release,
-    .renew_many = NULL,
+    .renew_many = redis_renew_many,
     .set_timeout = NULL, /* redis_begin reads parent.timeout_ms */
     .advisory_txn = NULL,
     .history = redis_history,

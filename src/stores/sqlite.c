@@ -918,12 +918,30 @@ static int sqlite_acquire(lease_grant *out, lease_info *holder,
     return sqlite_acquire_grant(out, s, req, row.token);
 }
 
+/* Inside an open transaction: extend (key, owner, token) when it is the
+ * live lease, else LEASE_ELOST without a message (the caller says it; a
+ * batch would otherwise format one per refused grant). The one renew of
+ * this store, shared by renew and renew_many so that both decide alike. */
+static int sqlite_renew_in_txn(sqlite_store *s, const char *key, const char *owner,
+                               uint64_t token, uint64_t ttl_ms)
+{
+    sqlite3_stmt *st = sqlite_stmt(s, ST_RENEW);
+    int rc;
+
+    sqlite3_bind_text(st, 1, key, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, owner, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 3, (sqlite3_int64)token);
+    sqlite3_bind_int64(st, 4, (sqlite3_int64)ttl_ms);
+    if ((rc = sqlite_exec_st(s, ST_RENEW, "renew")) < 0)
+        return rc;
+    return sqlite3_changes(s->db) == 1 ? 0 : LEASE_ELOST;
+}
+
 static int sqlite_renew(uint64_t *granted_ms, lease_store *base,
                         const char *key, const char *owner, uint64_t token,
                         uint64_t ttl_ms)
 {
     sqlite_store *s = (sqlite_store *)base;
-    sqlite3_stmt *st;
     int rc;
 
     /* IMMEDIATE first, so lease_now_ms() is read after the lock is held:
@@ -932,19 +950,44 @@ static int sqlite_renew(uint64_t *granted_ms, lease_store *base,
     sqlite_call_start(s);
     if ((rc = sqlite_begin(s)) < 0)
         return rc;
-    st = sqlite_stmt(s, ST_RENEW);
-    sqlite3_bind_text(st, 1, key, -1, SQLITE_STATIC);
-    sqlite3_bind_text(st, 2, owner, -1, SQLITE_STATIC);
-    sqlite3_bind_int64(st, 3, (sqlite3_int64)token);
-    sqlite3_bind_int64(st, 4, (sqlite3_int64)ttl_ms);
-    if ((rc = sqlite_exec_st(s, ST_RENEW, "renew")) < 0)
+    rc = sqlite_renew_in_txn(s, key, owner, token, ttl_ms);
+    if (rc == LEASE_ELOST)
+        rc = lease__not_holder("renew", key, token, NULL);
+    if (rc < 0)
         return sqlite_rollback(s, rc);
-    if (sqlite3_changes(s->db) != 1)
-        return sqlite_rollback(s, lease__not_holder("renew", key, token, NULL));
     if ((rc = sqlite_commit(s)) < 0)
         return rc;
     *granted_ms = ttl_ms;
     return 0;
+}
+
+/*
+ * Every grant renewed as sqlite_renew would, in one transaction: one wait
+ * for the lock (bounded by the call's deadline) and one sync to disk for
+ * the whole batch. A refused grant changes nothing, so the others are
+ * still committed; any other failure rolls the whole batch back, and no
+ * result is then meaningful. Renew writes no history on this store, so
+ * neither does this.
+ */
+static int sqlite_renew_many(int *results, uint64_t *granted_ms, lease_store *base,
+                             const lease_grant *grants, size_t n, uint64_t ttl_ms)
+{
+    sqlite_store *s = (sqlite_store *)base;
+    size_t i;
+    int rc;
+
+    sqlite_call_start(s);
+    if ((rc = sqlite_begin(s)) < 0)
+        return rc;
+    for (i = 0; i < n; i++) {
+        rc = sqlite_renew_in_txn(s, grants[i].key, grants[i].owner,
+                                 grants[i].token, ttl_ms);
+        if (rc < 0 && rc != LEASE_ELOST)
+            return sqlite_rollback(s, rc);
+        results[i] = rc;
+        granted_ms[i] = rc == 0 ? ttl_ms : 0;
+    }
+    return sqlite_commit(s);
 }
 
 static int sqlite_release(lease_store *base, const char *key,
@@ -1278,7 +1321,7 @@ const lease_backend lease__sqlite_backend = {
     .version = LEASE_BACKEND_VERSION,
     .name = "sqlite",
     .schemes = lease__sqlite_schemes,
-    .features = LEASE_FEATURE_TXN,
+    .features = LEASE_FEATURE_TXN | LEASE_FEATURE_RENEW_MANY,
     .store_size = sizeof(sqlite_store),
     .open3 = sqlite_open,
     .close = sqlite_close,
@@ -1293,7 +1336,7 @@ const lease_backend lease__sqlite_backend = {
     .data_get = sqlite_data_get,
     .guarded_txn = sqlite_guarded_txn,
     .wait_release = NULL,
-    .renew_many = NULL,
+    .renew_many = sqlite_renew_many,
     .set_timeout = NULL, /* each call reads parent.timeout_ms */
     .history = sqlite_history,
     .history_lost = sqlite_history_lost,

@@ -48,7 +48,7 @@ extern "C" {
  */
 #define LEASE_FEATURE_NOTIFY 0x01u   /* wait_release wakes on a release */
 #define LEASE_FEATURE_TXN 0x02u      /* guarded_txn gives a native connection */
-#define LEASE_FEATURE_RENEW_MANY 0x04u /* renew_many (not used by the core yet) */
+#define LEASE_FEATURE_RENEW_MANY 0x04u /* renew_many (sessions renew in batches) */
 #define LEASE_FEATURE_ROUNDS_TTL 0x08u /* granted ttl may exceed the asked */
 #define LEASE_FEATURE_ADVISORY 0x10u   /* advisory_txn takes database locks */
 
@@ -162,8 +162,9 @@ typedef struct lease_backend {
                         uint64_t timeout_ms);
 
     /*
-     * Optional (LEASE_FEATURE_RENEW_MANY), and not called by the core yet:
-     * batch renewal will use it. Renew n leases of one holder in
+     * Optional (LEASE_FEATURE_RENEW_MANY): a session (lease/session.h)
+     * renews its grants in batches with it; without it, one renew per
+     * grant over the same connection. Renew n leases of one holder in
      * one round trip: results[i] gets what renew would have returned for
      * grants[i], and granted_ms[i] the ttl granted. Returns 0 if the round
      * trip happened (whatever the results), LEASE_ESTORE otherwise.

@@ -19,6 +19,7 @@
 #include "lease/lease.h"
 #include "lease/fence.h"
 #include "lease/keeper.h"
+#include "lease/session.h"
 #include "lease/election.h"
 #include "lease/history.h"
 #include "lease/parse.h"

@@ -119,6 +119,23 @@ static void acquire_pause(lease_store *s, const char *key, int rc,
     }
 }
 
+/* What an acquisition asks of its holder, for lease_acquire and sessions:
+ * a UUID owner (canonical in `owner`), a ttl within the handle's cap, a
+ * label of at most LEASE_LABEL_MAX bytes (NULL is ""). */
+int lease__check_holder(char owner[LEASE_OWNER_BUFSZ], const lease_store *s,
+                        const char *owner_in, uint64_t ttl_ms, const char *label)
+{
+    int rc;
+
+    if ((rc = lease__canonical_owner(owner, owner_in)) < 0 ||
+        (rc = lease__check_ttl(s, ttl_ms)) < 0)
+        return rc;
+    if (label && strnlen(label, LEASE_LABEL_MAX + 1) > LEASE_LABEL_MAX)
+        return lease__seterr(LEASE_EINVALID, "label is longer than %d bytes",
+                             LEASE_LABEL_MAX);
+    return 0;
+}
+
 int lease_acquire(lease_grant *out, lease_info *holder, lease_store *s,
                   const char *key, const lease_acquire_opts *opts)
 {
@@ -137,12 +154,8 @@ int lease_acquire(lease_grant *out, lease_info *holder, lease_store *s,
     if (opts == NULL || opts->version != LEASE_ACQUIRE_OPTS_VERSION)
         return lease__seterr(LEASE_EINVALID,
                              "options are NULL or not LEASE_ACQUIRE_OPTS_INIT");
-    if ((rc = lease__canonical_owner(owner, opts->owner)) < 0 ||
-        (rc = lease__check_ttl(s, opts->ttl_ms)) < 0)
+    if ((rc = lease__check_holder(owner, s, opts->owner, opts->ttl_ms, opts->label)) < 0)
         return rc;
-    if (opts->label && strnlen(opts->label, LEASE_LABEL_MAX + 1) > LEASE_LABEL_MAX)
-        return lease__seterr(LEASE_EINVALID, "label is longer than %d bytes",
-                             LEASE_LABEL_MAX);
     if (opts->wait_ms > 24ULL * 3600 * 1000)
         return lease__seterr(LEASE_EINVALID, "wait is longer than 24 h");
 

@@ -344,4 +344,36 @@ static inline int conf_init(int argc, char **argv, const char *what)
     return 0;
 }
 
+/* ---- a pausable TCP forwarder (conf_util.c) ------------------------------ */
+
+/*
+ * Store outages for the server stores: a client pointed at the forwarder
+ * (127.0.0.1, an ephemeral port) reaches the real server through it until
+ * conf_forwarder_pause(), which closes every forwarded connection and from
+ * then on accepts new ones only to close them at once: every call fails
+ * fast, as against a server that went away. conf_forwarder_resume()
+ * forwards again. One thread, poll(); enough for a test's few connections.
+ */
+typedef struct conf_forwarder conf_forwarder;
+
+/* Forward to host:port (resolved now). NULL with a message on stderr. */
+conf_forwarder *conf_forwarder_start(const char *host, const char *port);
+int conf_forwarder_port(const conf_forwarder *f);
+/* Both return once the forwarder thread has done it. */
+void conf_forwarder_pause(conf_forwarder *f);
+void conf_forwarder_resume(conf_forwarder *f);
+/* Closes everything and joins the thread. NULL is allowed. */
+void conf_forwarder_stop(conf_forwarder *f);
+
+/*
+ * A server store URL's single host:port (scheme://[user[:pw]@]host[:port]
+ * /...): host and port out (the scheme's default port when it has none).
+ * -1 for a URL without a host or with several (etcd://a:1,b:2).
+ */
+int conf_url_hostport(char *host, size_t hostsz, char *port, size_t portsz,
+                      const char *url);
+/* The same URL with its host:port replaced by 127.0.0.1:port. -1 when it
+ * does not fit or has no single host. */
+int conf_url_via(char *out, size_t outsz, const char *url, int port);
+
 #endif

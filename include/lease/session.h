@@ -23,7 +23,8 @@
  * serialised with the renewing thread (a call waits at most one store
  * timeout for a batch in progress). lease_session_close() once, by one
  * thread, not from a callback. Callbacks run on the session's thread:
- * keep them short, and call no lease_session_* function from them.
+ * keep them short, and call no lease_session_* function from them (those
+ * that would wait for the thread return LEASE_EINVALID there).
  */
 #ifndef LEASE_SESSION_H
 #define LEASE_SESSION_H
@@ -95,9 +96,11 @@ int lease_session_acquire(lease_held **out, lease_info *holder,
 /*
  * Work partitioning: try each of the n keys once (no waiting), starting
  * at an offset derived from the owner so that replicas spread over the
- * keys, until `want` are held by this session (keys it already keeps
+ * keys, until `want` are held by this session (keys it already holds
  * count). out[i] is set for each key i now kept by the session (NULL for
- * the others); *count gets how many are kept. 0 even when fewer than
+ * the others); *count gets how many are held: a lost grant still kept is
+ * set in out[] but not counted, and its key is tried again only after
+ * lease_session_release() of it. 0 even when fewer than
  * `want` could be had; an error only for bad input (n == 0, want == 0 or
  * > n, a NULL or duplicate key) or when the store failed before any
  * key could be tried.

@@ -213,10 +213,31 @@ static void let_callers_in(lease_session *s)
 
     if (atomic_load(&s->waiting) == 0)
         return;
+    /* Due now: the callers let in stand back at their next lock_caller,
+     * so the mutex comes back here instead of to the next caller's try. */
+    atomic_store(&s->due_ns, lease_clock_ns());
     pthread_mutex_unlock(&s->mu);
     for (i = 0; i < 1000 && atomic_load(&s->waiting) > 0; i++)
         sched_yield();
     pthread_mutex_lock(&s->mu);
+    atomic_store(&s->due_ns, INT64_MAX);
+}
+
+/* Callbacks run on the session's thread, which holds what a call would
+ * wait for (or is what close would join): refuse instead of hanging. */
+static int on_own_thread(const lease_session *s)
+{
+    return pthread_equal(pthread_self(), s->thread);
+}
+
+static int check_session(const lease_session *s)
+{
+    if (s == NULL)
+        return lease__seterr(LEASE_EINVALID, "session is NULL");
+    if (on_own_thread(s))
+        return lease__seterr(LEASE_EINVALID, "lease_session_* called from a "
+                             "loss callback (the session's own thread)");
+    return 0;
 }
 
 /* ---- the thread ---- */
@@ -474,10 +495,13 @@ static int renew_batch(lease_session *s, size_t n)
 {
     char why[LEASE__ERRMSG_SIZE];
     int64_t sent, now;
-    int rc, failed = 0;
+    int rc, r, failed = 0;
     size_t i;
 
-    memset(s->results, 0, n * sizeof(*s->results));
+    /* A result the store leaves unwritten reads as uncertain, never as
+     * renewed. */
+    for (i = 0; i < n; i++)
+        s->results[i] = LEASE_ESTORE;
     memset(s->granted, 0, n * sizeof(*s->granted));
     sent = lease_clock_ns();
     rc = s->store->backend->renew_many(s->results, s->granted, s->store,
@@ -489,7 +513,12 @@ static int renew_batch(lease_session *s, size_t n)
         if (rc < 0)
             lease__seterr(rc, "renew '%s' (in a batch of %zu): %s",
                           s->grants[i].key, n, why);
-        failed |= judge(s, i, rc < 0 ? rc : s->results[i], sent, now);
+        /* Only a refusal of this grant loses it: a failed call, or an
+         * answer that is neither renewed nor refused, is uncertain. */
+        r = rc < 0 ? LEASE_ESTORE : s->results[i];
+        if (r != 0 && r != LEASE_ELOST)
+            r = LEASE_ESTORE;
+        failed |= judge(s, i, r, sent, now);
     }
     return failed ? LEASE_ESTORE : 0;
 }
@@ -640,7 +669,13 @@ int lease_session_open(lease_session **out, lease_store *store,
         return rc;
     }
     lease_store_set_ttl_max(s->store, store->ttl_max_ms);
-    s->call_timeout_ms = s->store->timeout_ms;
+    /* The bound the application chose for its handle, not the default. */
+    if ((rc = lease_store_set_timeout(s->store, store->timeout_ms)) < 0) {
+        lease_store_close(s->store);
+        free(s);
+        return rc;
+    }
+    s->call_timeout_ms = store->timeout_ms;
     session_sync_init(s);
     if (pthread_create(&s->thread, NULL, run, s) != 0) {
         session_sync_destroy(s);
@@ -657,6 +692,8 @@ int lease_session_close(lease_session *s, int release)
 
     if (s == NULL)
         return 0;
+    if (on_own_thread(s))
+        return check_session(s);
     /* Released while the thread still renews what is left: releasing
      * thousands of grants one by one can take longer than their ttl. */
     if (release)
@@ -747,9 +784,9 @@ static int busy_timeout(const char *key, const lease_info *h)
 
 static int check_session_key(const lease_session *s, const char *key)
 {
-    if (s == NULL)
-        return lease__seterr(LEASE_EINVALID, "session is NULL");
-    return lease__check_name("key", key);
+    int rc = check_session(s);
+
+    return rc < 0 ? rc : lease__check_name("key", key);
 }
 
 int lease_session_acquire(lease_held **out, lease_info *holder,
@@ -863,6 +900,8 @@ int lease_session_claim(size_t *count, lease_held **out, lease_session *s,
         return lease__seterr(LEASE_EINVALID,
                              "count, out, session or keys is NULL");
     *count = 0;
+    if ((rc = check_session(s)) < 0)
+        return rc;
     if (n == 0 || want == 0 || want > n)
         return lease__seterr(LEASE_EINVALID,
                              "claim needs at least one key and 1 <= want <= n");
@@ -870,8 +909,11 @@ int lease_session_claim(size_t *count, lease_held **out, lease_session *s,
     if ((rc = check_claim_keys(keys, n)) < 0)
         return rc;
     lock_caller(s);
+    /* A lost grant still kept is no authority: it is not counted, and its
+     * key is tried again only once the application releases it. */
     for (i = 0; i < n; i++)
-        if ((out[i] = index_find(s, keys[i])) != NULL)
+        if ((out[i] = index_find(s, keys[i])) != NULL &&
+            atomic_load(&out[i]->state) == LEASE_KEEPER_HELD)
             kept++;
     pthread_mutex_unlock(&s->mu);
     /* Replicas of different owners start at different keys, so that they
@@ -953,6 +995,8 @@ int lease_session_release(lease_session *s, lease_held *h)
 
     if (s == NULL || h == NULL)
         return lease__seterr(LEASE_EINVALID, "session or held is NULL");
+    if ((rc = check_session(s)) < 0)
+        return rc;
     lock_caller(s);
     wait_callbacks(s);
     if (index_find(s, h->grant.key) != h) {
@@ -979,8 +1023,8 @@ int lease_session_release_all(lease_session *s)
     size_t n, i;
     int rc = 0;
 
-    if (s == NULL)
-        return lease__seterr(LEASE_EINVALID, "session is NULL");
+    if ((rc = check_session(s)) < 0)
+        return rc;
     do {
         lock_caller(s);
         wait_callbacks(s);

@@ -50,6 +50,7 @@ static struct {
     uint64_t next_token;
     char refuse[LEASE_KEY_MAX + 1]; /* renewals of this key: LEASE_ELOST */
     int fail;                       /* every renewal: LEASE_ESTORE */
+    int silent;                     /* renew_many: 0, results unwritten */
     size_t batch_max_seen;
     int many_calls, renew_calls, release_calls, history_lost_calls;
 } fake;
@@ -160,6 +161,10 @@ static int fake_renew_many(int *results, uint64_t *granted, lease_store *s,
     if (fake.fail) {
         pthread_mutex_unlock(&mu);
         return lease_store_seterr(LEASE_ESTORE, "fake store down");
+    }
+    if (fake.silent) {
+        pthread_mutex_unlock(&mu);
+        return 0;
     }
     for (i = 0; i < n; i++) {
         results[i] = renew_one(grants[i].key, grants[i].owner, grants[i].token);
@@ -667,6 +672,88 @@ static void test_claim(void **state)
     assert_int_equal(lease_session_close(s, 1), 0);
 }
 
+/* A store that answers the call but leaves results unwritten renewed
+ * nothing that the session can know of: the grants run out at their
+ * deadlines, uncertain (ESTORE), never kept as if renewed. */
+static void test_unwritten_results_are_uncertain(void **state)
+{
+    lease_session *s = open_session("fakesess:x", 0, 0);
+    _Atomic int c = 0;
+    lease_held *h = take(s, "u0", &c);
+    int64_t deadline = lease_held_deadline_ns(h), seen = 0;
+    int i;
+
+    (void)state;
+    pthread_mutex_lock(&mu);
+    fake.silent = 1;
+    pthread_mutex_unlock(&mu);
+    wait_lost(h, &seen);
+    assert_true(seen >= deadline);
+    /* The state changes first; the callbacks follow, without the mutex:
+     * the grant's own, then the session's. */
+    for (i = 0; i < 1500 && atomic_load(&session_lost_calls) == 0; i++)
+        pause_ms(2);
+    assert_int_equal(atomic_load(&c), 1);
+    assert_int_equal(atomic_load(&session_lost_reason), LEASE_ESTORE);
+    assert_int_equal(lease_session_close(s, 0), 0);
+}
+
+/* From a loss callback (the session's own thread) a call that would wait
+ * for that thread is refused instead of hanging. */
+static lease_session *cb_session;
+static _Atomic int cb_rc = 1;
+
+static void on_lost_calls_release(lease_held *h, int reason, void *payload)
+{
+    (void)reason;
+    (void)payload;
+    atomic_store(&cb_rc, lease_session_release(cb_session, h));
+}
+
+static void test_callback_may_not_call_back(void **state)
+{
+    lease_held *h = NULL;
+    int i;
+
+    (void)state;
+    cb_session = open_session("fakesess:x", 0, 0);
+    assert_int_equal(lease_session_acquire(&h, NULL, cb_session, "cb0", 0,
+                                           on_lost_calls_release, NULL), 0);
+    pthread_mutex_lock(&mu);
+    strcpy(fake.refuse, "cb0");
+    pthread_mutex_unlock(&mu);
+    for (i = 0; i < 1500 && atomic_load(&cb_rc) == 1; i++)
+        pause_ms(2);
+    assert_int_equal(atomic_load(&cb_rc), LEASE_EINVALID);
+    assert_int_equal(lease_session_count(cb_session), 1);
+    assert_int_equal(lease_session_release(cb_session, h), LEASE_ELOST);
+    assert_int_equal(lease_session_close(cb_session, 1), 0);
+}
+
+/* A lost grant still kept is no authority: claim does not count it, and
+ * takes another key instead. */
+static void test_claim_skips_lost(void **state)
+{
+    static const char *const keys[] = { "k0", "k1" };
+    lease_session *s = open_session("fakesess:x", 0, 0);
+    _Atomic int c = 0;
+    lease_held *lost = take(s, "k0", &c), *out[2];
+    size_t count = 9;
+    int64_t seen;
+
+    (void)state;
+    pthread_mutex_lock(&mu);
+    strcpy(fake.refuse, "k0");
+    pthread_mutex_unlock(&mu);
+    wait_lost(lost, &seen);
+    assert_int_equal(lease_session_claim(&count, out, s, keys, 2, 1), 0);
+    assert_int_equal(count, 1);
+    assert_ptr_equal(out[0], lost);
+    assert_non_null(out[1]);
+    assert_true(lease_held_valid(out[1]));
+    assert_int_equal(lease_session_close(s, 1), LEASE_ELOST);
+}
+
 static void test_acquire_waits_then_times_out(void **state)
 {
     lease_acquire_opts ao = LEASE_ACQUIRE_OPTS_INIT;
@@ -712,6 +799,9 @@ int main(void)
         cmocka_unit_test_setup(test_bad_input, setup),
         cmocka_unit_test_setup(test_claim, setup),
         cmocka_unit_test_setup(test_acquire_waits_then_times_out, setup),
+        cmocka_unit_test_setup(test_unwritten_results_are_uncertain, setup),
+        cmocka_unit_test_setup(test_callback_may_not_call_back, setup),
+        cmocka_unit_test_setup(test_claim_skips_lost, setup),
     };
 
     if (lease_backend_register(&many_backend) < 0 ||

@@ -35,6 +35,8 @@ void lease__sleep_ns(int64_t ns);
 uint64_t lease__random_u64(void);       /* for jitter; not for identities */
 int lease__check_name(const char *what, const char *name);
 int lease__check_ttl(const lease_store *store, uint64_t ttl_ms);
+/* The longest wait or call timeout a caller may ask for: 24 h. */
+#define LEASE__WAIT_MAX_MS (24ULL * 3600 * 1000)
 /* core/lease.c: owner (made canonical), ttl and label of an acquisition. */
 int lease__check_holder(char owner[LEASE_OWNER_BUFSZ], const lease_store *s,
                         const char *owner_in, uint64_t ttl_ms, const char *label);

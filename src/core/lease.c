@@ -156,7 +156,7 @@ int lease_acquire(lease_grant *out, lease_info *holder, lease_store *s,
                              "options are NULL or not LEASE_ACQUIRE_OPTS_INIT");
     if ((rc = lease__check_holder(owner, s, opts->owner, opts->ttl_ms, opts->label)) < 0)
         return rc;
-    if (opts->wait_ms > 24ULL * 3600 * 1000)
+    if (opts->wait_ms > LEASE__WAIT_MAX_MS)
         return lease__seterr(LEASE_EINVALID, "wait is longer than 24 h");
 
     req.key = key;

@@ -22,7 +22,6 @@
 #define SESSION_BATCH_DEFAULT 1000
 #define ACQUIRE_BACKOFF_MIN_MS 10
 #define ACQUIRE_BACKOFF_MAX_MS 1000
-#define WAIT_MAX_MS (24ULL * 3600 * 1000)
 
 struct lease_held {
     lease_grant grant;       /* as acquired; never written after publishing */
@@ -803,7 +802,7 @@ int lease_session_acquire(lease_held **out, lease_info *holder,
     *out = NULL;
     if ((rc = check_session_key(s, key)) < 0)
         return rc;
-    if (wait_ms > WAIT_MAX_MS)
+    if (wait_ms > LEASE__WAIT_MAX_MS)
         return lease__seterr(LEASE_EINVALID, "wait is longer than 24 h");
     if ((h = calloc(1, sizeof(*h))) == NULL)
         return lease__seterr(LEASE_ENOMEM, "out of memory");

@@ -278,7 +278,7 @@ int lease_store_open_timeout(lease_store **out, const char *url,
     *out = NULL;
     if (url == NULL || *url == '\0')
         return lease__seterr(LEASE_EINVALID, "store URL is empty");
-    if (timeout_ms == 0 || timeout_ms > 24ULL * 3600 * 1000)
+    if (timeout_ms == 0 || timeout_ms > LEASE__WAIT_MAX_MS)
         return lease__seterr(LEASE_EINVALID,
                              "timeout must be between 1 ms and 24 h");
     if (lease__url_scheme(scheme, sizeof(scheme), url) < 0)
@@ -333,7 +333,7 @@ int lease_store_set_timeout(lease_store *s, uint64_t timeout_ms)
 {
     if (s == NULL)
         return lease__seterr(LEASE_EINVALID, "store is NULL");
-    if (timeout_ms == 0 || timeout_ms > 24ULL * 3600 * 1000)
+    if (timeout_ms == 0 || timeout_ms > LEASE__WAIT_MAX_MS)
         return lease__seterr(LEASE_EINVALID,
                              "timeout must be between 1 ms and 24 h");
     s->timeout_ms = timeout_ms;

@@ -14,17 +14,7 @@
 
 #include "lease.h"
 
-static int failures;
-
-#define CHECK(cond, ...)                                                       \
-    do {                                                                       \
-        if (!(cond)) {                                                         \
-            failures++;                                                        \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);               \
-            fprintf(stderr, __VA_ARGS__);                                      \
-            fprintf(stderr, " (last error: %s)\n", lease_errmsg());            \
-        }                                                                      \
-    } while (0)
+#include "check.h"
 
 /* Run one statement on the file with the plain SQLite API, as another
  * process would. */

@@ -26,17 +26,7 @@
 #include "lease.h"
 #include "lease/sys/store.h"
 
-static int failures;
-
-#define CHECK(cond, ...)                                                       \
-    do {                                                                       \
-        if (!(cond)) {                                                         \
-            failures++;                                                        \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);               \
-            fprintf(stderr, __VA_ARGS__);                                      \
-            fprintf(stderr, " (last error: %s)\n", lease_errmsg());            \
-        }                                                                      \
-    } while (0)
+#include "check.h"
 
 #define FATAL(...)                                                             \
     do {                                                                       \

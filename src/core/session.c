@@ -675,6 +675,14 @@ int lease_session_open(lease_session **out, lease_store *store,
         return rc;
     }
     s->call_timeout_ms = store->timeout_ms;
+    /* A store whose expiry can be shared (etcd) keeps every grant of the
+     * session in one lease of its own, so that a round is one keep-alive. */
+    if ((s->store->backend->features & LEASE_FEATURE_SHARED) &&
+        (rc = s->store->backend->share_lease(s->store, s->ttl_ms)) < 0) {
+        lease_store_close(s->store);
+        free(s);
+        return rc;
+    }
     session_sync_init(s);
     if (pthread_create(&s->thread, NULL, run, s) != 0) {
         session_sync_destroy(s);

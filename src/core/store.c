@@ -142,7 +142,9 @@ static int lacks_feature_slot(const lease_backend *b)
     return ((f & LEASE_FEATURE_NOTIFY) && !b->wait_release) ||
            ((f & LEASE_FEATURE_TXN) && !b->guarded_txn) ||
            ((f & LEASE_FEATURE_RENEW_MANY) && !b->renew_many) ||
-           ((f & LEASE_FEATURE_ADVISORY) && !b->advisory_txn);
+           ((f & LEASE_FEATURE_ADVISORY) && !b->advisory_txn) ||
+           ((f & LEASE_FEATURE_SHARED) &&
+            (b->version < 4 || !b->share_lease || !b->renew_many));
 }
 
 int lease__backend_check(const lease_backend *b)

@@ -251,6 +251,13 @@ static int fake_renew_many(int *results, uint64_t *granted, lease_store *s,
     return LEASE_ESTORE;
 }
 
+static int fake_share(lease_store *s, uint64_t ttl_ms)
+{
+    (void)s;
+    (void)ttl_ms;
+    return 0;
+}
+
 static int fake_advisory(lease_store *s, int64_t lock_key, int try_only,
                          int (*cb)(void *native, void *payload), void *payload)
 {
@@ -434,7 +441,20 @@ static void test_register_checks_features(void **state)
         b.open = NULL;
         assert_int_equal(lease_backend_register(&b), LEASE_EINVALID);
         b = v3_table;
+        b.version = LEASE_BACKEND_VERSION + 1;
+        assert_int_equal(lease_backend_register(&b), LEASE_EINVALID);
+        /* SHARED needs share_lease, a table of version 4, and renew_many. */
+        b = v3_table;
         b.version = 4;
+        b.features = LEASE_FEATURE_SHARED;
+        b.share_lease = fake_share;
+        assert_int_equal(lease_backend_register(&b), LEASE_EINVALID);
+        b.renew_many = fake_renew_many;
+        assert_int_equal(lease__backend_check(&b), 0);
+        b.version = 3;
+        assert_int_equal(lease_backend_register(&b), LEASE_EINVALID);
+        b.version = 4;
+        b.share_lease = NULL;
         assert_int_equal(lease_backend_register(&b), LEASE_EINVALID);
     }
     /* The built-in tables meet what registration asks of others. */

@@ -34,23 +34,24 @@ extern "C" {
  * Version 1 holds every slot up to advisory_txn; version 2 appends the
  * grant history; version 3 appends store_size and open3, so that the core
  * allocates the connection and fills its shared part before the store's
- * open runs. A later version only appends slots; the core reads a slot
+ * open runs; version 4 appends share_lease. A later version only appends slots; the core reads a slot
  * only when backend->version is at least the version that brought it, so
  * a table written for an earlier version keeps working unchanged.
  */
-#define LEASE_BACKEND_VERSION 3
+#define LEASE_BACKEND_VERSION 4
 
 /*
  * What a store can do beyond the required slots. lease_backend_register()
  * refuses a table that names a feature without the slot that provides it
  * (NOTIFY: wait_release, TXN: guarded_txn, RENEW_MANY: renew_many,
- * ADVISORY: advisory_txn); ROUNDS_TTL has no slot.
+ * ADVISORY: advisory_txn, SHARED: share_lease); ROUNDS_TTL has no slot.
  */
 #define LEASE_FEATURE_NOTIFY 0x01u   /* wait_release wakes on a release */
 #define LEASE_FEATURE_TXN 0x02u      /* guarded_txn gives a native connection */
 #define LEASE_FEATURE_RENEW_MANY 0x04u /* renew_many (sessions renew in batches) */
 #define LEASE_FEATURE_ROUNDS_TTL 0x08u /* granted ttl may exceed the asked */
 #define LEASE_FEATURE_ADVISORY 0x10u   /* advisory_txn takes database locks */
+#define LEASE_FEATURE_SHARED 0x20u     /* share_lease: one store lease per session */
 
 /* One acquisition request, already checked by the core. */
 typedef struct lease_request {
@@ -243,6 +244,22 @@ typedef struct lease_backend {
      * the struct without calling close.
      */
     int (*open3)(lease_store *store, const char *url);
+
+    /* ---- version 4 ---- */
+
+    /*
+     * Optional (LEASE_FEATURE_SHARED, which also needs RENEW_MANY). For a
+     * store whose expiry is an object of its own that many keys can share
+     * (an etcd lease): called once by lease_session_open() on the
+     * session's own handle, before any acquire on it. From then on every
+     * grant acquired over this handle is attached to one store-side lease
+     * of ttl_ms, which renew_many keeps alive with one request for the
+     * whole batch (and renew for one grant); release removes the key
+     * without ending the shared lease; when the shared lease ends, every
+     * grant in it is lost (renew and renew_many answer LEASE_ELOST for
+     * each). Tokens are what they are without it.
+     */
+    int (*share_lease)(lease_store *store, uint64_t ttl_ms);
 } lease_backend;
 
 /*

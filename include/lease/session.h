@@ -22,7 +22,10 @@
  * lease_session_count() may be called from any thread; they are
  * serialised with the renewing thread (a call waits at most one store
  * timeout for a batch in progress). lease_session_close() once, by one
- * thread, not from a callback. Callbacks run on the session's thread:
+ * thread, not from a callback: calls in progress on other threads end
+ * first (an acquire waiting for its key gives up with LEASE_EINVALID), and
+ * calls that begin once it has begun fail with LEASE_EINVALID; none may
+ * begin after it returns. Callbacks run on the session's thread:
  * keep them short, and call no lease_session_* function from them (those
  * that would wait for the thread return LEASE_EINVALID there).
  */
@@ -61,7 +64,9 @@ typedef struct lease_session_opts {
     uint64_t ttl_ms;           /* required: every grant's ttl */
     const char *label;         /* optional holder label (NULL: "") */
     uint64_t renew_every_ms;   /* 0: ttl/3; must be below the ttl */
-    size_t batch_max;          /* grants per renewal round trip (0: 1000) */
+    size_t batch_max;          /* grants per renewal round trip (0: 1000;
+                                  all for a store whose grants share one
+                                  store-side lease, as etcd's do) */
     lease_session_lost_cb on_lost; /* optional: any grant of the session */
     void *payload;             /* passed to on_lost */
     int step_down;             /* as lease_keeper_opts.step_down, per grant */

@@ -12,6 +12,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -20,6 +21,9 @@
 #include "lease_int.h"
 
 #define SESSION_BATCH_DEFAULT 1000
+/* A store without renew_many renews one grant per call, under the mutex:
+ * in batches this small, callers wait for a few calls at most. */
+#define FALLBACK_BATCH 16
 #define ACQUIRE_BACKOFF_MIN_MS 10
 #define ACQUIRE_BACKOFF_MAX_MS 1000
 
@@ -53,8 +57,13 @@ struct lease_session {
     pthread_mutex_t mu;
     pthread_cond_t cv;           /* wakes the thread (stop) */
     pthread_cond_t cb_cv;        /* callbacks finished */
+    pthread_cond_t calls_cv;     /* a caller's call ended, or closing began */
     int stop;
     int cb_running;              /* the thread is calling back: no frees */
+    int closing;                 /* lease_session_close() began: no new calls */
+    int inflight;                /* callers' calls in progress */
+    int64_t first_ns;            /* no held grant's deadline is before this:
+                                    bounds callers' calls (see caller_timeout) */
     _Atomic int waiting;         /* callers waiting for mu */
     _Atomic int64_t due_ns;      /* when the thread wants mu back (its
                                     next round or deadline); INT64_MAX
@@ -159,6 +168,10 @@ static int make_room(lease_session *s)
 
 static void keep(lease_session *s, lease_held *h)
 {
+    int64_t d = atomic_load(&h->deadline_ns);
+
+    if (d < s->first_ns)
+        s->first_ns = d;
     h->pos = s->n;
     s->held[s->n++] = h;
     index_put(s->index, s->slots, h);
@@ -237,6 +250,46 @@ static int check_session(const lease_session *s)
         return lease__seterr(LEASE_EINVALID, "lease_session_* called from a "
                              "loss callback (the session's own thread)");
     return 0;
+}
+
+/* A caller's call (acquire, claim, release, release_all) is counted, so
+ * that lease_session_close() waits for the calls in progress instead of
+ * freeing the session under them; once closing began, new calls fail. */
+static int call_begin(lease_session *s)
+{
+    int rc = 0;
+
+    lock_caller(s);
+    if (s->closing)
+        rc = lease__seterr(LEASE_EINVALID, "the session is closing");
+    else
+        s->inflight++;
+    pthread_mutex_unlock(&s->mu);
+    return rc;
+}
+
+static void call_end(lease_session *s)
+{
+    pthread_mutex_lock(&s->mu);
+    if (--s->inflight == 0)
+        pthread_cond_broadcast(&s->calls_cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* Under mu: the bound on a caller's store call. The thread cannot renew
+ * while a caller holds the mutex, so a call that hangs must give the
+ * mutex back while the earliest deadline still leaves the thread time to
+ * renew: at most half of what is left, at most the handle's timeout. */
+static uint64_t caller_timeout(const lease_session *s)
+{
+    int64_t left;
+    uint64_t half;
+
+    if (s->first_ns == INT64_MAX)
+        return s->call_timeout_ms;
+    left = s->first_ns - lease_clock_ns();
+    half = left > 2000000 ? (uint64_t)(left / 2000000) : 1;
+    return half < s->call_timeout_ms ? half : s->call_timeout_ms;
 }
 
 /* ---- the thread ---- */
@@ -327,7 +380,7 @@ static int64_t earliest_deadline(const lease_session *s)
  * wake-up; the caller re-checks. Condition variables only take
  * CLOCK_MONOTONIC: the BOOTTIME target becomes a relative wait, and the
  * deadline check after a suspend catches what it missed. */
-static void wait_locked(lease_session *s, int64_t until)
+static void wait_locked(lease_session *s, pthread_cond_t *cv, int64_t until)
 {
     int64_t delta = until - lease_clock_ns();
     int64_t wake = lease__mono_ns() + (delta > 0 ? delta : 0);
@@ -335,7 +388,7 @@ static void wait_locked(lease_session *s, int64_t until)
 
     ts.tv_sec = (time_t)(wake / 1000000000);
     ts.tv_nsec = (long)(wake % 1000000000);
-    (void)pthread_cond_timedwait(&s->cv, &s->mu, &ts);
+    (void)pthread_cond_timedwait(cv, &s->mu, &ts);
 }
 
 /* A renewal that answers after the deadline is worthless: bound the call
@@ -360,7 +413,8 @@ static int64_t reserve_ns(const lease_session *s)
  * Out of memory, the batches stay as large as they were. */
 static size_t batch_room(lease_session *s)
 {
-    size_t want = s->n < s->batch_max ? s->n : s->batch_max;
+    size_t max = s->store->backend->renew_many ? s->batch_max : FALLBACK_BATCH;
+    size_t want = s->n < max ? s->n : max;
     lease_held **b;
     lease_grant *g;
     int *r;
@@ -378,7 +432,7 @@ static size_t batch_room(lease_session *s)
         s->granted = t;
     if (b && g && r && t)
         s->scratch = want;
-    return s->scratch;
+    return s->scratch < max ? s->scratch : max;
 }
 
 /* Under mu: the next held grants of this round, at most `room`. A grant
@@ -461,7 +515,8 @@ static int renew_each(lease_session *s, size_t n)
 
 /* One grant of a renew_many answer, judged as lease__renew judges one
  * renew (metric, log line, too-late answers). */
-static int judge(lease_session *s, size_t i, int rc, int64_t sent, int64_t now)
+static int judge(lease_session *s, size_t i, int rc, int64_t sent, int64_t now,
+                 size_t *uncertain)
 {
     const char *name = s->store->backend->name;
     lease_grant *g = &s->grants[i];
@@ -479,7 +534,15 @@ static int judge(lease_session *s, size_t i, int rc, int64_t sent, int64_t now)
         lease__not_holder("renew", g->key, g->token, NULL);
     lease__metric_renew(name, rc == 0);
     if (rc < 0) {
-        lease__log_state(LEASE_LOG_WARN, "renewal_failed", name, g, lease_errmsg());
+        /* A refusal is this grant's own news. An uncertain answer is
+         * usually the whole batch's (the store did not answer): said once
+         * for the batch by renew_batch, not once per grant per retry. */
+        if (rc != LEASE_ELOST && (*uncertain)++ > 0)
+            lease__log_state(LEASE_LOG_DEBUG, "renewal_failed", name, g,
+                             lease_errmsg());
+        else
+            lease__log_state(LEASE_LOG_WARN, "renewal_failed", name, g,
+                             lease_errmsg());
         return settle(s, s->batch[i], rc, 0);
     }
     g->ttl_ms = granted;
@@ -495,7 +558,7 @@ static int renew_batch(lease_session *s, size_t n)
     char why[LEASE__ERRMSG_SIZE];
     int64_t sent, now;
     int rc, r, failed = 0;
-    size_t i;
+    size_t i, uncertain = 0;
 
     /* A result the store leaves unwritten reads as uncertain, never as
      * renewed. */
@@ -517,7 +580,15 @@ static int renew_batch(lease_session *s, size_t n)
         r = rc < 0 ? LEASE_ESTORE : s->results[i];
         if (r != 0 && r != LEASE_ELOST)
             r = LEASE_ESTORE;
-        failed |= judge(s, i, r, sent, now);
+        failed |= judge(s, i, r, sent, now, &uncertain);
+    }
+    if (uncertain > 1 && lease__log_enabled(LEASE_LOG_WARN)) {
+        char msg[160];
+
+        snprintf(msg, sizeof(msg), "%zu more of the batch of %zu were not "
+                 "renewed either (uncertain: retried before their deadlines)",
+                 uncertain - 1, n);
+        lease__log(LEASE_LOG_WARN, "renewal_failed", s->store->backend->name, msg);
     }
     return failed ? LEASE_ESTORE : 0;
 }
@@ -563,12 +634,14 @@ static void *run(void *arg)
     while (!s->stop) {
         int64_t now = lease_clock_ns(), first = earliest_deadline(s);
 
+        s->first_ns = first;
+
         /* Wake for the next round and for the first deadline, whichever
          * comes first: a grant whose renewals keep failing is lost when
          * its own deadline passes, not at the next round. */
         if (now < next && now < first) {
             atomic_store(&s->due_ns, next < first ? next : first);
-            wait_locked(s, next < first ? next : first);
+            wait_locked(s, &s->cv, next < first ? next : first);
             atomic_store(&s->due_ns, INT64_MAX);
             continue;
         }
@@ -582,6 +655,8 @@ static void *run(void *arg)
 }
 
 /* ---- opening and closing ---- */
+
+static int release_chunks(lease_session *s);
 
 static int check_opts(char owner[LEASE_OWNER_BUFSZ], const lease_store *store,
                       const lease_session_opts *o)
@@ -624,6 +699,7 @@ static void session_sync_init(lease_session *s)
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_cond_init(&s->cv, &ca);
+    pthread_cond_init(&s->calls_cv, &ca);
     pthread_condattr_destroy(&ca);
     pthread_cond_init(&s->cb_cv, NULL);
 }
@@ -631,6 +707,7 @@ static void session_sync_init(lease_session *s)
 static void session_sync_destroy(lease_session *s)
 {
     pthread_cond_destroy(&s->cb_cv);
+    pthread_cond_destroy(&s->calls_cv);
     pthread_cond_destroy(&s->cv);
     pthread_mutex_destroy(&s->mu);
 }
@@ -657,12 +734,18 @@ int lease_session_open(lease_session **out, lease_store *store,
     s->every_ms = opts->renew_every_ms ? opts->renew_every_ms : opts->ttl_ms / 3;
     if (s->every_ms == 0)
         s->every_ms = 1;
-    s->batch_max = opts->batch_max ? opts->batch_max : SESSION_BATCH_DEFAULT;
+    /* A store with one shared lease renews every grant with one request:
+     * its batch is the whole session unless the application says. */
+    s->batch_max = opts->batch_max ? opts->batch_max
+                   : (store->backend->features & LEASE_FEATURE_SHARED)
+                       ? SIZE_MAX
+                       : SESSION_BATCH_DEFAULT;
     s->step_down = opts->step_down;
     s->on_lost = opts->on_lost;
     s->payload = opts->payload;
     atomic_init(&s->count, 0);
     atomic_init(&s->due_ns, INT64_MAX);
+    s->first_ns = INT64_MAX;
     if ((rc = lease_store_open(&s->store, store->url)) < 0) {
         free(s);
         return rc;
@@ -701,10 +784,18 @@ int lease_session_close(lease_session *s, int release)
         return 0;
     if (on_own_thread(s))
         return check_session(s);
+    /* No new calls; those in progress end first (a waiting acquire is woken
+     * and gives up), so that nothing uses the session once it is freed. */
+    lock_caller(s);
+    s->closing = 1;
+    pthread_cond_broadcast(&s->calls_cv);
+    while (s->inflight > 0)
+        pthread_cond_wait(&s->calls_cv, &s->mu);
+    pthread_mutex_unlock(&s->mu);
     /* Released while the thread still renews what is left: releasing
      * thousands of grants one by one can take longer than their ttl. */
     if (release)
-        rc = lease_session_release_all(s);
+        rc = release_chunks(s);
     lock_caller(s);
     s->stop = 1;
     pthread_cond_signal(&s->cv);
@@ -735,9 +826,11 @@ static int acquire_locked(lease_session *s, lease_held *h, const char *key,
     o.owner = s->owner;
     o.ttl_ms = s->ttl_ms;
     o.label = s->label;
+    if (s->closing)
+        return lease__seterr(LEASE_EINVALID, "the session is closing");
     if ((rc = make_room(s)) < 0)
         return rc;
-    lease_store_set_timeout(s->store, s->call_timeout_ms);
+    lease_store_set_timeout(s->store, caller_timeout(s));
     memset(who, 0, sizeof(*who));
     if ((rc = lease_acquire(&h->grant, who, s->store, key, &o)) < 0)
         return rc;
@@ -765,17 +858,23 @@ static int try_acquire(lease_session *s, lease_held *h, const char *key,
 }
 
 /* Pause between two tries: full jitter in [backoff/2, backoff], never past
- * the moment the holder's lease should end nor past the wait's end. */
-static void acquire_pause(uint64_t backoff, int rc, uint64_t remaining_ms,
-                          uint64_t left_ms)
+ * the moment the holder's lease should end nor past the wait's end. Close
+ * cuts it short. */
+static void acquire_pause(lease_session *s, uint64_t backoff, int rc,
+                          uint64_t remaining_ms, uint64_t left_ms)
 {
     uint64_t pause = backoff / 2 + lease__random_u64() % (backoff / 2 + 1);
+    int64_t until;
 
     if (rc == LEASE_EBUSY && remaining_ms + 1 < pause)
         pause = remaining_ms + 1;
     if (pause > left_ms)
         pause = left_ms;
-    lease__sleep_ns((int64_t)(pause ? pause : 1) * 1000000);
+    until = lease_clock_ns() + (int64_t)(pause ? pause : 1) * 1000000;
+    lock_caller(s);
+    while (!s->closing && lease_clock_ns() < until)
+        wait_locked(s, &s->calls_cv, until);
+    pthread_mutex_unlock(&s->mu);
 }
 
 static int busy_timeout(const char *key, const lease_info *h)
@@ -812,8 +911,12 @@ int lease_session_acquire(lease_held **out, lease_info *holder,
         return rc;
     if (wait_ms > LEASE__WAIT_MAX_MS)
         return lease__seterr(LEASE_EINVALID, "wait is longer than 24 h");
-    if ((h = calloc(1, sizeof(*h))) == NULL)
+    if ((rc = call_begin(s)) < 0)
+        return rc;
+    if ((h = calloc(1, sizeof(*h))) == NULL) {
+        call_end(s);
         return lease__seterr(LEASE_ENOMEM, "out of memory");
+    }
     end = lease_clock_ns() + (int64_t)wait_ms * 1000000;
     h->on_lost = on_lost;
     h->payload = payload;
@@ -825,6 +928,7 @@ int lease_session_acquire(lease_held **out, lease_info *holder,
 
         if ((rc = try_acquire(s, h, key, &who)) == 0) {
             *out = h;
+            call_end(s);
             return 0;
         }
         if (rc == LEASE_EBUSY && holder)
@@ -837,11 +941,12 @@ int lease_session_acquire(lease_held **out, lease_info *holder,
                 rc = busy_timeout(key, &who);
             break;
         }
-        acquire_pause(backoff, rc, who.remaining_ms, (uint64_t)left);
+        acquire_pause(s, backoff, rc, who.remaining_ms, (uint64_t)left);
         backoff = backoff * 2 > ACQUIRE_BACKOFF_MAX_MS ? ACQUIRE_BACKOFF_MAX_MS
                                                        : backoff * 2;
     }
     free(h);
+    call_end(s);
     return rc;
 }
 
@@ -913,7 +1018,7 @@ int lease_session_claim(size_t *count, lease_held **out, lease_session *s,
         return lease__seterr(LEASE_EINVALID,
                              "claim needs at least one key and 1 <= want <= n");
     memset(out, 0, n * sizeof(*out));
-    if ((rc = check_claim_keys(keys, n)) < 0)
+    if ((rc = check_claim_keys(keys, n)) < 0 || (rc = call_begin(s)) < 0)
         return rc;
     lock_caller(s);
     /* A lost grant still kept is no authority: it is not counted, and its
@@ -940,6 +1045,7 @@ int lease_session_claim(size_t *count, lease_held **out, lease_session *s,
         failed = rc;
         break;
     }
+    call_end(s);
     *count = kept;
     return failed && !answered ? failed : 0;
 }
@@ -992,7 +1098,7 @@ static int release_one(lease_session *s, lease_held *h)
     if (atomic_load(&h->state) != LEASE_KEEPER_HELD)
         return lease__seterr(LEASE_ELOST, "'%s' was lost: nothing to release",
                              h->grant.key);
-    lease_store_set_timeout(s->store, s->call_timeout_ms);
+    lease_store_set_timeout(s->store, caller_timeout(s));
     return lease_release(s->store, &h->grant);
 }
 
@@ -1002,19 +1108,21 @@ int lease_session_release(lease_session *s, lease_held *h)
 
     if (s == NULL || h == NULL)
         return lease__seterr(LEASE_EINVALID, "session or held is NULL");
-    if ((rc = check_session(s)) < 0)
+    if ((rc = check_session(s)) < 0 || (rc = call_begin(s)) < 0)
         return rc;
     lock_caller(s);
     wait_callbacks(s);
     if (index_find(s, h->grant.key) != h) {
-        pthread_mutex_unlock(&s->mu);
-        return lease__seterr(LEASE_EINVALID, "'%s' is not kept by this session",
-                             h->grant.key);
+        rc = lease__seterr(LEASE_EINVALID, "'%s' is not kept by this session",
+                           h->grant.key);
+        h = NULL;
+    } else {
+        unkeep(s, h);
+        rc = release_one(s, h);
     }
-    unkeep(s, h);
-    rc = release_one(s, h);
     pthread_mutex_unlock(&s->mu);
     free(h);
+    call_end(s);
     return rc;
 }
 
@@ -1023,15 +1131,13 @@ int lease_session_release(lease_session *s, lease_held *h)
  * release of thousands one by one. */
 #define RELEASE_CHUNK 32
 
-int lease_session_release_all(lease_session *s)
+static int release_chunks(lease_session *s)
 {
     char first[LEASE__ERRMSG_SIZE];
     lease_held *chunk[RELEASE_CHUNK];
     size_t n, i;
     int rc = 0;
 
-    if ((rc = check_session(s)) < 0)
-        return rc;
     do {
         lock_caller(s);
         wait_callbacks(s);
@@ -1051,6 +1157,17 @@ int lease_session_release_all(lease_session *s)
         pthread_mutex_unlock(&s->mu);
     } while (n == RELEASE_CHUNK);
     return rc < 0 ? lease__seterr(rc, "%s", first) : 0;
+}
+
+int lease_session_release_all(lease_session *s)
+{
+    int rc;
+
+    if ((rc = check_session(s)) < 0 || (rc = call_begin(s)) < 0)
+        return rc;
+    rc = release_chunks(s);
+    call_end(s);
+    return rc;
 }
 
 size_t lease_session_count(const lease_session *s)

@@ -802,21 +802,37 @@ static char *sql_renew(const pg_store *s, int has_label, int has_ttl)
  * sql_renew for many grants of one call: $1 a JSON array of
  * {"k": key, "o": owner, "t": token} (built by jansson), $2 the interval,
  * $3 the ttl in ms. The same conditions as sql_renew, row by row, so a
- * grant is renewed exactly when renew would have renewed it. A key sent
- * twice joins its row twice; PostgreSQL then updates the row once (an
- * UPDATE ... FROM never updates a row twice), so duplicates cannot make
- * the statement fail. It answers the keys and tokens it renewed.
+ * grant is renewed exactly when renew would have renewed it.
+ *
+ * A row locked by a transaction in progress (a guarded write holds the
+ * lease row FOR UPDATE until it commits) is skipped rather than waited
+ * for: one busy row must not hold up the batch until the timeout and make
+ * every other grant uncertain. The answer is (key, token, renewed): the
+ * renewed rows, then those that still read as this holder's in the
+ * statement's snapshot but were not renewed (skipped, or changed under
+ * it): uncertain, retried before their deadline. A key sent twice joins
+ * its row twice; PostgreSQL updates the row once (an UPDATE ... FROM never
+ * updates a row twice) and DISTINCT keeps the second part to one row.
  */
 static char *sql_renew_many(const pg_store *s, int has_label, int has_ttl)
 {
     (void)has_label;
     return pg_fmt(
-        "UPDATE %s AS l SET lease_until = clock_timestamp() + $2::interval%s "
-        "FROM json_to_recordset($1::json) AS r(k text, o uuid, t bigint) "
-        "WHERE l.resource_key = r.k AND l.owner_id = r.o "
+        "WITH r AS (SELECT * FROM json_to_recordset($1::json) "
+        "AS x(k text, o uuid, t bigint)), "
+        "c AS (SELECT l.resource_key FROM %s AS l JOIN r ON "
+        "l.resource_key = r.k AND l.owner_id = r.o AND l.fencing_token = r.t "
+        "AND l.lease_until > clock_timestamp() FOR UPDATE OF l SKIP LOCKED), "
+        "u AS (UPDATE %s AS l SET lease_until = clock_timestamp() + $2::interval%s "
+        "FROM c WHERE l.resource_key = c.resource_key "
+        "RETURNING l.resource_key, l.fencing_token) "
+        "SELECT resource_key, fencing_token, true FROM u "
+        "UNION ALL SELECT DISTINCT l.resource_key, l.fencing_token, false "
+        "FROM %s AS l JOIN r ON l.resource_key = r.k AND l.owner_id = r.o "
         "AND l.fencing_token = r.t AND l.lease_until > clock_timestamp() "
-        "RETURNING l.resource_key, l.fencing_token",
-        s->lease_table, has_ttl ? ", lease_ttl_ms = $3::bigint" : "");
+        "WHERE l.resource_key NOT IN (SELECT resource_key FROM u)",
+        s->lease_table, s->lease_table,
+        has_ttl ? ", lease_ttl_ms = $3::bigint" : "", s->lease_table);
 }
 
 /* The reference release, and a notification for waiters in the same
@@ -1858,11 +1874,28 @@ static json_t *renew_many_json(pg_sent *sent, const lease_grant *grants, size_t 
     return arr;
 }
 
+/* One row of the answer: its grants (more than one only if the caller sent
+ * a key twice) are renewed, or uncertain when the row was skipped. */
+static int renew_many_row(int *results, uint64_t *granted_ms, pg_sent *hit,
+                          const pg_sent *end, const pg_sent *want, int renewed,
+                          uint64_t ttl_ms)
+{
+    if (results[hit->i] != LEASE_ELOST)
+        return lease__seterr(LEASE_ESTORE, "postgres renew: the answer "
+                             "names one key twice");
+    for (; hit < end && sent_cmp(hit, want) == 0; hit++) {
+        results[hit->i] = renewed ? 0 : LEASE_ESTORE;
+        granted_ms[hit->i] = renewed ? ttl_ms : 0;
+    }
+    return 0;
+}
+
 /*
- * Each row of the answer (key, token) must be a grant that was sent, and
- * come once (an UPDATE changes a row once): its grants (more than one only
- * if the caller sent a key twice) are renewed. Anything else is a
- * malformed answer, LEASE_ESTORE. `sent` is sorted by sent_cmp.
+ * Each row of the answer (key, token, renewed) must be a grant that was
+ * sent, and come once: renewed, or skipped (locked by a transaction in
+ * progress: uncertain, LEASE_ESTORE). A grant not in the answer was
+ * refused (LEASE_ELOST, preset). Anything else is a malformed answer,
+ * LEASE_ESTORE. `sent` is sorted by sent_cmp.
  */
 static int renew_many_match(int *results, uint64_t *granted_ms, const PGresult *res,
                             pg_sent *sent, size_t n, uint64_t ttl_ms)
@@ -1871,33 +1904,33 @@ static int renew_many_match(int *results, uint64_t *granted_ms, const PGresult *
     pg_sent want, *hit;
 
     for (row = 0; row < rows; row++) {
-        if (PQgetisnull(res, row, 0))
+        const char *renewed = PQgetvalue(res, row, 2);
+
+        if (PQgetisnull(res, row, 0) || PQgetisnull(res, row, 2) ||
+            (strcmp(renewed, "t") != 0 && strcmp(renewed, "f") != 0))
             return lease__seterr(LEASE_ESTORE, "postgres renew: the answer has "
-                                 "a NULL key");
+                                 "a NULL key or a flag that is not a boolean");
         if ((rc = pg_token(&want.token, res, row, 1, 0, "fencing token")) < 0)
             return rc;
         want.key = PQgetvalue(res, row, 0);
         hit = bsearch(&want, sent, n, sizeof(*sent), sent_cmp);
         if (hit == NULL)
             return lease__seterr(LEASE_ESTORE, "postgres renew: the answer "
-                                 "renewed a key and token it was not sent");
+                                 "names a key and token it was not sent");
         while (hit > sent && sent_cmp(hit - 1, &want) == 0)
             hit--;
-        if (results[hit->i] == 0)
-            return lease__seterr(LEASE_ESTORE, "postgres renew: the answer "
-                                 "names one key twice");
-        for (; hit < sent + n && sent_cmp(hit, &want) == 0; hit++) {
-            results[hit->i] = 0;
-            granted_ms[hit->i] = ttl_ms;
-        }
+        if ((rc = renew_many_row(results, granted_ms, hit, sent + n, &want,
+                                 renewed[0] == 't', ttl_ms)) < 0)
+            return rc;
     }
     return 0;
 }
 
 /*
  * Every grant in ONE statement (sql_renew_many), bounded by the handle's
- * timeout as any call: the renewed ones come back, the others were
- * refused (LEASE_ELOST, as renew would say). The ttl is granted exactly.
+ * timeout as any call: the renewed ones come back, those whose rows were
+ * locked come back uncertain, the others were refused (LEASE_ELOST, as
+ * renew would say). The ttl is granted exactly.
  */
 static int pg_renew_many(int *results, uint64_t *granted_ms, lease_store *base,
                          const lease_grant *grants, size_t n, uint64_t ttl_ms)
@@ -1930,7 +1963,7 @@ static int pg_renew_many(int *results, uint64_t *granted_ms, lease_store *base,
     v[0] = text;
     if ((rc = exec_prepared(&res, s, ST_RENEW_MANY, v, NULL, NULL, "renew")) < 0)
         goto out;
-    if ((rc = pg_want(res, 2, (int)n, "renew")) == 0)
+    if ((rc = pg_want(res, 3, (int)n, "renew")) == 0)
         rc = renew_many_match(results, granted_ms, res, sent, n, ttl_ms);
 out:
     PQclear(res);

@@ -11,6 +11,7 @@
  * --hold-sqlite-lock); on a server store the session reaches the server
  * through conf_util.c's forwarder, which is then paused.
  */
+#include <pthread.h>
 #include <stdatomic.h>
 
 #include <sqlite3.h>
@@ -105,8 +106,8 @@ static conf_keybuf *make_keys(const char *what, size_t n)
  * that is closed at once: the session has its own connection and never
  * touches that handle again.
  */
-static lease_session *open_session(const char *url, const char *owner,
-                                   struct session_probe *p)
+static lease_session *open_session_batch(const char *url, const char *owner,
+                                         struct session_probe *p, size_t batch_max)
 {
     lease_session_opts so = LEASE_SESSION_OPTS_INIT;
     lease_session *s = NULL;
@@ -119,11 +120,18 @@ static lease_session *open_session(const char *url, const char *owner,
     so.label = "session";
     so.on_lost = on_session_lost;
     so.payload = p;
+    so.batch_max = batch_max;
     CHECK_RC(0, lease_session_open(&s, via, &so));
     lease_store_close(via);
     assert_non_null(s);
     assert_int_equal(lease_session_count(s), 0);
     return s;
+}
+
+static lease_session *open_session(const char *url, const char *owner,
+                                   struct session_probe *p)
+{
+    return open_session_batch(url, owner, p, 0);
 }
 
 /* Acquire the n keys one call each, each with its own probe; checks
@@ -276,6 +284,95 @@ static void test_session_keeps_many_and_close_releases(void **state)
     free(gp);
     free(token);
     free(deadline);
+}
+
+/* ---- callers acquiring and releasing while rounds of batches run ------- */
+
+#define CHURN_KEYS 20
+#define CHURN_BATCH 50 /* 500 grants: ten batches a round */
+
+struct churn {
+    lease_session *s;
+    conf_keybuf *keys;
+    atomic_int stop, cycles, failed;
+    char why[512];
+};
+
+/* Acquire and release keys of its own until told to stop (bounded); the
+ * first failure is kept for the main thread to report. */
+static void *churn_run(void *arg)
+{
+    struct churn *c = arg;
+    int i;
+
+    for (i = 0; i < 1000000 && !atomic_load(&c->stop); i++) {
+        lease_held *h = NULL;
+        const char *key = c->keys[i % CHURN_KEYS];
+        int rc = lease_session_acquire(&h, NULL, c->s, key, 0, NULL, NULL);
+
+        if (rc == 0)
+            rc = lease_session_release(c->s, h);
+        if (rc != 0) {
+            snprintf(c->why, sizeof(c->why), "'%s': %s: %s", key,
+                     lease_error_name(rc), lease_errmsg());
+            atomic_store(&c->failed, 1);
+            break;
+        }
+        atomic_fetch_add(&c->cycles, 1);
+    }
+    return NULL;
+}
+
+/* Two threads acquire and release over the session's connection while its
+ * thread renews 500 grants in ten batches a round: no kept grant is lost,
+ * no caller's call fails, and callers get in between batches. */
+static void test_session_callers_during_rounds(void **state)
+{
+    char a[LEASE_OWNER_BUFSZ];
+    conf_keybuf *keys = make_keys("rounds", MANY);
+    lease_held **h = conf_calloc(MANY, sizeof(*h));
+    struct grant_probe *gp = conf_calloc(MANY, sizeof(*gp));
+    struct churn *c = conf_calloc(2, sizeof(*c));
+    pthread_t t[2];
+    struct session_probe sp;
+    lease_session *s;
+    uint64_t ttl;
+    size_t i;
+
+    (void)state;
+    conf_owner(a);
+    s = open_session_batch(conf_url, a, &sp, CHURN_BATCH);
+    ttl = acquire_all(h, gp, s, keys, MANY, a);
+    for (i = 0; i < 2; i++) {
+        c[i].s = s;
+        c[i].keys = make_keys(i ? "churnB" : "churnA", CHURN_KEYS);
+        assert_int_equal(pthread_create(&t[i], NULL, churn_run, &c[i]), 0);
+    }
+    keep_for_three_ttls(h, gp, MANY, &sp, ttl);
+    for (i = 0; i < 2; i++) {
+        atomic_store(&c[i].stop, 1);
+        assert_int_equal(pthread_join(t[i], NULL), 0);
+    }
+    for (i = 0; i < 2; i++) {
+        if (atomic_load(&c[i].failed))
+            fail_msg("a caller's call failed during the rounds: %s", c[i].why);
+        print_message("# caller %zu: %d acquire+release cycles\n", i,
+                      atomic_load(&c[i].cycles));
+        assert_true(atomic_load(&c[i].cycles) > 0);
+    }
+    assert_int_equal(lease_session_count(s), MANY);
+    CHECK_RC(0, lease_session_close(s, 1));
+    assert_int_equal(atomic_load(&sp.fired), 0);
+    for (i = 0; i < MANY; i += 50)
+        check_free(keys[i]);
+    for (i = 0; i < 2; i++) {
+        check_free(c[i].keys[0]);
+        free(c[i].keys);
+    }
+    free(c);
+    free(keys);
+    free(h);
+    free(gp);
 }
 
 /* ---- 2: one grant taken over behind the session's back ----------------- */
@@ -763,6 +860,7 @@ int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
         SESSION_TEST(test_session_keeps_many_and_close_releases),
+        SESSION_TEST(test_session_callers_during_rounds),
         SESSION_TEST(test_session_grant_taken_over),
         SESSION_TEST(test_session_claim),
         SESSION_TEST(test_session_outage_ends_authority),

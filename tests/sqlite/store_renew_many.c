@@ -13,7 +13,10 @@
  * never acquired. Refused grants must read LEASE_ELOST and leave their key
  * as it was; renewed ones must have moved their expiry (renewed to a ttl
  * longer than they were acquired with, so remaining_ms shows it). Then a
- * key sent twice in one batch, and 1000 grants in one call.
+ * key sent twice in one batch, and 1000 grants in one call. On PostgreSQL,
+ * a grant whose row a guarded transaction holds locked comes back
+ * uncertain (LEASE_ESTORE) while the rest of its batch is renewed: the
+ * batch does not wait for the lock.
  *
  * usage: store_renew_many URL
  */
@@ -279,6 +282,57 @@ static void test_big(lease_store *s, const char *a)
     free(granted);
 }
 
+/* PostgreSQL: renew_many over a second connection, from inside a guarded
+ * transaction that holds the first grant's row FOR UPDATE. */
+typedef struct {
+    lease_store *other;
+    lease_grant *grants;
+    int results[3];
+    uint64_t granted[3];
+    int rc;
+} locked_call;
+
+static int renew_while_locked(void *native, void *payload)
+{
+    locked_call *c = payload;
+
+    (void)native;
+    c->rc = call_renew_many(c->results, c->granted, c->other, c->grants, 3,
+                            TTL_RENEW);
+    return 0;
+}
+
+static void test_locked_row(lease_store *s, const char *url, const char *a)
+{
+    lease_grant grants[3];
+    char key[LEASE_KEY_MAX + 1];
+    locked_call c;
+    size_t i;
+    int rc;
+
+    memset(&c, 0, sizeof(c));
+    for (i = 0; i < 3; i++) {
+        snprintf(key, sizeof(key), "%slocked-%zu", prefix, i);
+        acquire(&grants[i], s, key, a, TTL_ACQUIRE);
+    }
+    if (lease_store_open(&c.other, url) != 0 ||
+        lease_store_set_timeout(c.other, 20000) != 0)
+        FATAL("open a second connection");
+    c.grants = grants;
+    rc = lease_guarded_txn(s, &grants[0], renew_while_locked, &c);
+    CHECK(rc == 0, "guarded txn: %s", lease_error_name(rc));
+    CHECK(c.rc == 0, "locked row: renew_many returned %s", lease_error_name(c.rc));
+    CHECK(c.results[0] == LEASE_ESTORE, "locked row: got %s, not uncertain",
+          lease_error_name(c.results[0]));
+    for (i = 1; i < 3; i++)
+        CHECK(c.results[i] == 0 && granted_ok(s, c.granted[i]),
+              "locked row: the unlocked '%s' got %s", grants[i].key,
+              lease_error_name(c.results[i]));
+    CHECK(inspect(s, grants[1].key).remaining_ms > TTL_ACQUIRE,
+          "locked row: the unlocked grant was not renewed");
+    lease_store_close(c.other);
+}
+
 int main(int argc, char **argv)
 {
     char a[LEASE_OWNER_BUFSZ], b[LEASE_OWNER_BUFSZ];
@@ -297,6 +351,8 @@ int main(int argc, char **argv)
     test_mixed(s, a, b);
     test_duplicate(s, a);
     test_big(s, a);
+    if (strcmp(s->backend->name, "postgres") == 0)
+        test_locked_row(s, argv[1], a);
     if (failures == 0)
         printf("renew_many on %s: all checks passed\n", s->backend->name);
     lease_store_close(s);

@@ -31,7 +31,7 @@
 #define A_OWNER "11111111-1111-4111-8111-111111111111"
 #define B_OWNER "22222222-2222-4222-8222-222222222222"
 #define TTL_MS 300
-#define NKEYS 64
+#define NKEYS 1100
 
 typedef struct {
     char key[LEASE_KEY_MAX + 1];
@@ -53,6 +53,9 @@ static struct {
     int silent;                     /* renew_many: 0, results unwritten */
     size_t batch_max_seen;
     int many_calls, renew_calls, release_calls, history_lost_calls;
+    int acquire_calls, fail_calls, share_calls;
+    uint64_t acquire_timeout_ms;    /* the handle's bound at the last acquire */
+    uint64_t share_ttl_ms;
 } fake;
 
 typedef struct {
@@ -89,14 +92,28 @@ static void fake_close(lease_store *s)
     free(s);
 }
 
+/* Version 3 and later: the core allocates and frees the struct. */
+static int fake_open3(lease_store *s, const char *url)
+{
+    (void)s;
+    (void)url;
+    return 0;
+}
+
+static void fake_close3(lease_store *s)
+{
+    (void)s;
+}
+
 static int fake_acquire(lease_grant *out, lease_info *holder, lease_store *s,
                         const lease_request *req)
 {
     fake_key *k;
     int rc = 0;
 
-    (void)s;
     pthread_mutex_lock(&mu);
+    fake.acquire_calls++;
+    fake.acquire_timeout_ms = s->timeout_ms;
     if ((k = find_key(req->key, 1)) == NULL) {
         rc = lease_store_seterr(LEASE_ESTORE, "fake store full");
     } else if (k->held && strcmp(k->owner, req->owner) != 0) {
@@ -159,6 +176,7 @@ static int fake_renew_many(int *results, uint64_t *granted, lease_store *s,
     if (n > fake.batch_max_seen)
         fake.batch_max_seen = n;
     if (fake.fail) {
+        fake.fail_calls++;
         pthread_mutex_unlock(&mu);
         return lease_store_seterr(LEASE_ESTORE, "fake store down");
     }
@@ -233,11 +251,23 @@ static int fake_history_lost(lease_store *s, const char *key, const char *owner,
     return 0;
 }
 
+static int fake_share(lease_store *s, uint64_t ttl_ms)
+{
+    (void)s;
+    pthread_mutex_lock(&mu);
+    fake.share_calls++;
+    fake.share_ttl_ms = ttl_ms;
+    pthread_mutex_unlock(&mu);
+    return 0;
+}
+
 static const char *const many_schemes[] = { "fakesess", NULL };
 static const char *const one_schemes[] = { "fakesess1", NULL };
+static const char *const shared_schemes[] = { "fakeshared", NULL };
 
-#define FAKE_SLOTS                                                              \
-    .open = fake_open, .close = fake_close, .acquire = fake_acquire,            \
+#define FAKE_SLOTS .open = fake_open, .close = fake_close, FAKE_CALLS
+#define FAKE_CALLS                                                              \
+    .acquire = fake_acquire,                                                    \
     .renew = fake_renew, .release = fake_release, .inspect = fake_inspect,      \
     .list = fake_list, .fence_advance = fake_fence_advance,                     \
     .fence_mark = fake_fence_mark, .guarded_put = fake_guarded_put,             \
@@ -250,6 +280,15 @@ static const lease_backend many_backend = {
     .renew_many = fake_renew_many,
 };
 
+/* A store whose grants share one store-side lease (as etcd's). */
+static const lease_backend shared_backend = {
+    .version = 4, .name = "fakeshared", .schemes = shared_schemes,
+    .features = LEASE_FEATURE_RENEW_MANY | LEASE_FEATURE_SHARED,
+    .store_size = sizeof(fake_store), .open3 = fake_open3,
+    .close = fake_close3, FAKE_CALLS,
+    .renew_many = fake_renew_many, .share_lease = fake_share,
+};
+
 /* The fallback: no renew_many, one renew per grant. */
 static const lease_backend one_backend = {
     .version = 2, .name = "fakesess1", .schemes = one_schemes, FAKE_SLOTS,
@@ -260,6 +299,16 @@ static const lease_backend one_backend = {
 static int fake_get(const int *field)
 {
     int v;
+
+    pthread_mutex_lock(&mu);
+    v = *field;
+    pthread_mutex_unlock(&mu);
+    return v;
+}
+
+static uint64_t fake_get_u64(const uint64_t *field)
+{
+    uint64_t v;
 
     pthread_mutex_lock(&mu);
     v = *field;
@@ -787,6 +836,195 @@ static void test_acquire_waits_then_times_out(void **state)
     assert_int_equal(lease_session_close(s, 1), 0);
 }
 
+/* close while another thread waits in acquire for a key held elsewhere:
+ * the waiter gives up with LEASE_EINVALID instead of using a freed
+ * session (ASan would see it), and close does not wait out its wait. */
+static lease_session *waiting_session;
+static _Atomic int waiter_rc = 1;
+static char waiter_msg[256];
+
+static void *waiter(void *arg)
+{
+    lease_held *h = NULL;
+    int rc;
+
+    (void)arg;
+    rc = lease_session_acquire(&h, NULL, waiting_session, "c0", 20000, NULL, NULL);
+    lease__strlcpy(waiter_msg, lease_errmsg(), sizeof(waiter_msg));
+    atomic_store(&waiter_rc, rc);
+    return NULL;
+}
+
+static void test_close_ends_waiting_acquire(void **state)
+{
+    lease_acquire_opts ao = LEASE_ACQUIRE_OPTS_INIT;
+    lease_store *other = NULL;
+    pthread_t t;
+    lease_grant g;
+    int i;
+
+    (void)state;
+    assert_int_equal(lease_store_open(&other, "fakesess:x"), 0);
+    ao.owner = B_OWNER;
+    ao.ttl_ms = TTL_MS;
+    assert_int_equal(lease_acquire(&g, NULL, other, "c0", &ao), 0);
+    waiting_session = open_session("fakesess:x", 0, 0);
+    take(waiting_session, "c1", NULL);
+    atomic_store(&waiter_rc, 1);
+    assert_int_equal(pthread_create(&t, NULL, waiter, NULL), 0);
+    /* The waiter has tried twice: it is in its wait. */
+    for (i = 0; i < 1500 && fake_get(&fake.acquire_calls) < 3; i++)
+        pause_ms(2);
+    assert_true(fake_get(&fake.acquire_calls) >= 3);
+    assert_int_equal(lease_session_close(waiting_session, 1), 0);
+    assert_int_equal(pthread_join(t, NULL), 0);
+    assert_int_equal(atomic_load(&waiter_rc), LEASE_EINVALID);
+    assert_non_null(strstr(waiter_msg, "closing"));
+    assert_int_equal(fake_get(&fake.release_calls), 1); /* c1 */
+    lease_store_close(other);
+}
+
+/* A batch that fails says so once (and once more for the rest of it), not
+ * once per grant per retry: an outage of a session of thousands of grants
+ * must not write thousands of lines per retry. */
+static _Atomic int warn_renewal_failed;
+
+static void count_warnings(lease_log_level level, const char *line, void *p)
+{
+    (void)p;
+    if (level == LEASE_LOG_WARN && strstr(line, "\"renewal_failed\""))
+        atomic_fetch_add(&warn_renewal_failed, 1);
+}
+
+static void test_failed_batch_warns_once(void **state)
+{
+    lease_session *s = open_session("fakesess:x", 0, 0);
+    char key[16];
+    int i, fails;
+
+    (void)state;
+    for (i = 0; i < 40; i++) {
+        snprintf(key, sizeof(key), "w%d", i);
+        take(s, key, NULL);
+    }
+    atomic_store(&warn_renewal_failed, 0);
+    lease_log_set(count_warnings, NULL, LEASE_LOG_WARN);
+    fake_set_fail(1);
+    for (i = 0; i < 1500 && fake_get(&fake.fail_calls) < 3; i++)
+        pause_ms(2);
+    assert_int_equal(lease_session_close(s, 0), 0);
+    lease_log_set(NULL, NULL, LEASE_LOG_WARN);
+    fails = fake_get(&fake.fail_calls);
+    assert_true(fails >= 3);
+    assert_true(atomic_load(&warn_renewal_failed) >= fails);
+    assert_true(atomic_load(&warn_renewal_failed) <= 2 * fails);
+}
+
+/* While grants are kept, a caller's store call is bounded by half the time
+ * to the earliest deadline, not by the handle's (longer) timeout: the
+ * thread cannot renew while a caller's call holds the connection. */
+static void test_caller_bounded_by_deadline(void **state)
+{
+    lease_session *s = open_session("fakesess:x", 0, 0);
+
+    (void)state;
+    take(s, "t0", NULL);
+    take(s, "t1", NULL);
+    assert_true(fake_get_u64(&fake.acquire_timeout_ms) >= 1);
+    assert_true(fake_get_u64(&fake.acquire_timeout_ms) <= TTL_MS / 2);
+    assert_int_equal(lease_session_close(s, 1), 0);
+}
+
+/* A store whose grants share one store-side lease is told once, with the
+ * session's ttl, and renews the whole session in one batch. */
+static void test_shared_lease_one_batch(void **state)
+{
+    lease_session *s = open_session("fakeshared:x", 0, 0);
+    const char *keys[1];
+    char key[16];
+    int i;
+
+    (void)state;
+    assert_int_equal(fake_get(&fake.share_calls), 1);
+    for (i = 0; i < 1050; i++) {
+        snprintf(key, sizeof(key), "s%d", i);
+        take(s, key, NULL);
+    }
+    keys[0] = "s0";
+    assert_true(wait_renewed(keys, 1, 1));
+    keys[0] = "s1049";
+    assert_true(wait_renewed(keys, 1, 1));
+    pthread_mutex_lock(&mu);
+    assert_int_equal(fake.share_ttl_ms, TTL_MS);
+    assert_int_equal(fake.batch_max_seen, 1050);
+    pthread_mutex_unlock(&mu);
+    assert_int_equal(lease_session_close(s, 1), 0);
+    assert_int_equal(fake_get(&fake.share_calls), 1);
+}
+
+/* Another thread releases a grant while its loss callback runs: the
+ * release waits for the callback (which still uses the grant) to return,
+ * then answers LEASE_ELOST; nothing is freed under the callback. */
+static _Atomic int cb_entered, cb_may_return, cb_done, release_started;
+static _Atomic int release_rc = 1, done_at_release;
+static lease_session *rel_session;
+static lease_held *rel_held;
+
+static void on_lost_slowly(lease_held *h, int reason, void *payload)
+{
+    int i;
+
+    (void)reason;
+    (void)payload;
+    atomic_store(&cb_entered, 1);
+    for (i = 0; i < 1500 && !atomic_load(&cb_may_return); i++)
+        pause_ms(2);
+    pause_ms(30);
+    /* Still ours: the grant must not have been freed meanwhile. */
+    if (strcmp(lease_held_grant(h)->key, "r0") == 0)
+        atomic_store(&cb_done, 1);
+}
+
+static void *releaser(void *arg)
+{
+    int rc;
+
+    (void)arg;
+    atomic_store(&release_started, 1);
+    rc = lease_session_release(rel_session, rel_held);
+    atomic_store(&done_at_release, atomic_load(&cb_done));
+    atomic_store(&release_rc, rc);
+    return NULL;
+}
+
+static void test_release_waits_for_callback(void **state)
+{
+    pthread_t t;
+    int i;
+
+    (void)state;
+    rel_session = open_session("fakesess:x", 0, 0);
+    assert_int_equal(lease_session_acquire(&rel_held, NULL, rel_session, "r0", 0,
+                                           on_lost_slowly, NULL), 0);
+    pthread_mutex_lock(&mu);
+    strcpy(fake.refuse, "r0");
+    pthread_mutex_unlock(&mu);
+    for (i = 0; i < 1500 && !atomic_load(&cb_entered); i++)
+        pause_ms(2);
+    assert_true(atomic_load(&cb_entered));
+    assert_int_equal(pthread_create(&t, NULL, releaser, NULL), 0);
+    for (i = 0; i < 1500 && !atomic_load(&release_started); i++)
+        pause_ms(2);
+    pause_ms(20); /* let it reach the session's lock */
+    atomic_store(&cb_may_return, 1);
+    assert_int_equal(pthread_join(t, NULL), 0);
+    assert_int_equal(atomic_load(&release_rc), LEASE_ELOST);
+    assert_int_equal(atomic_load(&done_at_release), 1);
+    assert_int_equal(lease_session_count(rel_session), 0);
+    assert_int_equal(fake_get(&fake.release_calls), 0);
+    assert_int_equal(lease_session_close(rel_session, 1), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -802,9 +1040,15 @@ int main(void)
         cmocka_unit_test_setup(test_unwritten_results_are_uncertain, setup),
         cmocka_unit_test_setup(test_callback_may_not_call_back, setup),
         cmocka_unit_test_setup(test_claim_skips_lost, setup),
+        cmocka_unit_test_setup(test_close_ends_waiting_acquire, setup),
+        cmocka_unit_test_setup(test_failed_batch_warns_once, setup),
+        cmocka_unit_test_setup(test_caller_bounded_by_deadline, setup),
+        cmocka_unit_test_setup(test_shared_lease_one_batch, setup),
+        cmocka_unit_test_setup(test_release_waits_for_callback, setup),
     };
 
     if (lease_backend_register(&many_backend) < 0 ||
+        lease_backend_register(&shared_backend) < 0 ||
         lease_backend_register(&one_backend) < 0) {
         fprintf(stderr, "cannot register the fake stores: %s\n", lease_errmsg());
         return 1;

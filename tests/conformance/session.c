@@ -101,6 +101,18 @@ static conf_keybuf *make_keys(const char *what, size_t n)
     return keys;
 }
 
+/* The session a test has open: closed by the teardown when the test failed
+ * half-way, so that its thread does not call back into a finished test's
+ * probes. */
+static lease_session *live_session;
+
+static int close_session(lease_session *s)
+{
+    if (s == live_session)
+        live_session = NULL;
+    return lease_session_close(s, 1);
+}
+
 /*
  * A session for `owner` with the suite's ttl, opened from a handle of `url`
  * that is closed at once: the session has its own connection and never
@@ -124,6 +136,7 @@ static lease_session *open_session_batch(const char *url, const char *owner,
     CHECK_RC(0, lease_session_open(&s, via, &so));
     lease_store_close(via);
     assert_non_null(s);
+    live_session = s;
     assert_int_equal(lease_session_count(s), 0);
     return s;
 }
@@ -272,7 +285,7 @@ static void test_session_keeps_many_and_close_releases(void **state)
 
     /* 3: close(release=1) ends every grant in the store before it returns. */
     start = conf_now_ms();
-    rc = lease_session_close(s, 1);
+    rc = close_session(s);
     print_message("# closed (releasing %d grants) in %" PRId64 " ms\n", MANY,
                   conf_now_ms() - start);
     CHECK_RC(0, rc);
@@ -361,7 +374,7 @@ static void test_session_callers_during_rounds(void **state)
         assert_true(atomic_load(&c[i].cycles) > 0);
     }
     assert_int_equal(lease_session_count(s), MANY);
-    CHECK_RC(0, lease_session_close(s, 1));
+    CHECK_RC(0, close_session(s));
     assert_int_equal(atomic_load(&sp.fired), 0);
     for (i = 0; i < MANY; i += 50)
         check_free(keys[i]);
@@ -455,7 +468,7 @@ static void test_session_grant_taken_over(void **state)
     CHECK_RC(LEASE_ELOST, lease_session_release(s, h[victim]));
     assert_int_equal(lease_session_count(s), FEW - 1);
     check_held_by(keys[victim], b, gb.token);
-    CHECK_RC(0, lease_session_close(s, 1));
+    CHECK_RC(0, close_session(s));
     for (i = 0; i < FEW; i++)
         if (i != victim)
             check_free(keys[i]);
@@ -516,7 +529,7 @@ static void test_session_claim(void **state)
             check_held_by(keys[i], a, lease_held_token(out[i]));
     check_held_by(keys[2], b, gb.token);
 
-    CHECK_RC(0, lease_session_close(s, 1));
+    CHECK_RC(0, close_session(s));
     check_held_by(keys[2], b, gb.token);
     CHECK_RC(0, lease_release(conf_store, &gb));
     free(keys);
@@ -747,7 +760,7 @@ static void test_session_outage_ends_authority(void **state)
 
     outage_end(&o);
     /* Every grant is lost: nothing of them is released (ELOST) or all is. */
-    rc = lease_session_close(s, 1);
+    rc = close_session(s);
     if (rc != 0 && rc != LEASE_ELOST)
         fail_msg("close after the outage: %s (%s)", lease_error_name(rc),
                  lease_errmsg());
@@ -841,7 +854,7 @@ static void test_session_bad_input(void **state)
     check_free(k[2]);
     assert_int_equal(lease_held_valid(h), 1);
     check_held_by(k[0], a, lease_held_token(h));
-    CHECK_RC(0, lease_session_close(s, 1));
+    CHECK_RC(0, close_session(s));
     check_free(k[0]);
     assert_int_equal(atomic_load(&sp.fired), 0);
     free(k);
@@ -849,6 +862,8 @@ static void test_session_bad_input(void **state)
 
 static int session_teardown(void **state)
 {
+    lease_session_close(live_session, 0);
+    live_session = NULL;
     conf_forwarder_stop(live_forwarder);
     live_forwarder = NULL;
     return conf_teardown(state);

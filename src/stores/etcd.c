@@ -15,10 +15,13 @@
  * once and the request sent again (etcd refuses it before applying it).
  *
  * Key layout under the prefix P (K a lease key, R a resource, N a name):
- *   P lease/K      value: the owner; attached to an etcd lease with the ttl.
+ *   P lease/K      value: the owner; attached to an etcd lease with the ttl
+ *                  (the grant's own, or a session's shared one: below).
  *                  Its create_revision is the fencing token: the cluster's
  *                  revision when the key was created, strictly increasing.
  *   P meta/K       value: "<ttl_ms>\n<label>", same etcd lease
+ *   P shared/I     empty; attached to etcd lease I (16 hex digits) itself,
+ *                  so present exactly while I is a session's shared lease
  *   P seen/K       empty, rewritten by every grant (its mod_revision is
  *                  the last token); no lease, kept forever, so a key
  *                  that was acquired once is never "not found"
@@ -28,8 +31,11 @@
  *   P history/L/K/I  one per grant (lease/history.h), no etcd lease (it
  *                  outlives the lease): "<owner>\n<ttl_ms>\n<acquired_ms>
  *                  \n<label>"; its create_revision is the grant's token.
- *                  I is the grant's etcd lease id in 16 hex digits: unique
- *                  and known before the acquire txn, unlike the token.
+ *                  I is 16 hex digits, unique per grant and known before
+ *                  the acquire txn, unlike the token: the grant's own etcd
+ *                  lease id, or 64 random bits under a shared lease (which
+ *                  many grants have). Nothing reads I: entries are found
+ *                  and ordered by their create_revision.
  *   P ended/L/K/T  how grant T (20 zero-padded digits) ended:
  *                  "released\n<ms>" or "lost\n<ms>"; no etcd lease
  *   In both, L is K's length in 3 digits: keys may hold any byte but NUL,
@@ -41,6 +47,19 @@
  * the grant reports the TTL etcd actually granted, and the core's local
  * deadline uses that. Renew is a keep-alive of the etcd lease (which
  * restores its granted TTL).
+ *
+ * Sessions (share_lease): the session's handle attaches every key it
+ * acquires to one etcd lease of the session's ttl, granted at its first
+ * acquire and kept alive at each acquire (so each grant reports the full
+ * TTL). renew_many is then one keep-alive and one LeaseTimeToLive (the
+ * keys attached) for the whole batch, whatever its size: a grant is kept
+ * while its key is attached and the handle attached it with that token.
+ * When the shared lease ends (expiry, revoke) every grant in it is lost,
+ * and the next acquire grants a new one. A release, from any handle,
+ * revokes a key's etcd lease only when no P shared/ marker says it is a
+ * session's; the marker is written in the same txn as the first key, so
+ * whoever sees a key on the lease sees it too. Stores written before
+ * sessions ignore the marker.
  *
  * History: the acquire txn that creates P lease/K also creates its
  * history entry, and the release txn writes its end marker, so neither can
@@ -65,6 +84,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -100,7 +120,29 @@ typedef struct {
     int auth_refused;               /* the last answer: invalid token */
     int64_t end_ns;                 /* the current operation's deadline */
     int64_t last_revision;          /* from the last busy acquire: watch from here */
+    /* Session mode (share_lease): every key this handle acquires goes into
+     * one etcd lease, granted at the first acquire and again after it
+     * ended. `rec` holds what the handle attached to the current one: the
+     * etcd lease lists the keys, not their tokens, so renew_many compares
+     * the tokens here. */
+    int shared;                     /* share_lease was called */
+    uint64_t shared_ttl_ms;         /* the session's ttl */
+    int64_t shared_id;              /* the current shared etcd lease, 0: none */
+    int shared_marked;              /* its shared/ marker is written */
+    struct shared_rec **rec;        /* hash table of shared_rec, rec_size slots */
+    size_t rec_size, rec_count;
+    unsigned rec_round;             /* renew_many's pass, for shared_rec.seen */
 } etcd_store;
+
+/* One key attached to the handle's shared etcd lease, with the token and
+ * owner it was acquired with. */
+typedef struct shared_rec {
+    struct shared_rec *next;
+    uint64_t token;
+    unsigned seen;                  /* the last renew_many that found it attached */
+    char owner[LEASE_OWNER_BUFSZ];
+    char key[];
+} shared_rec;
 
 /* A malformed answer, said the same way everywhere. */
 #define etcd_malformed(what, ...) \
@@ -1045,6 +1087,200 @@ static int etcd_time_left_ms(uint64_t *ms, etcd_store *s, int64_t id)
     return etcd_ttl_ms(ms, s, ttl, "time to live");
 }
 
+/* ---- the shared etcd lease of a session handle --------------------------- */
+
+static size_t etcd_rec_hash(const char *key)
+{
+    size_t h = 14695981039346656037ull;
+
+    for (; *key; key++)
+        h = (h ^ (unsigned char)*key) * 1099511628211ull;
+    return h;
+}
+
+/* The link that points at `key`'s record, or the NULL that ends its chain. */
+static shared_rec **etcd_rec_link(etcd_store *s, const char *key)
+{
+    shared_rec **at = &s->rec[etcd_rec_hash(key) & (s->rec_size - 1)];
+
+    while (*at && strcmp((*at)->key, key) != 0)
+        at = &(*at)->next;
+    return at;
+}
+
+static shared_rec *etcd_rec_find(etcd_store *s, const char *key)
+{
+    return s->rec_size ? *etcd_rec_link(s, key) : NULL;
+}
+
+static void etcd_rec_del(etcd_store *s, const char *key)
+{
+    shared_rec **at, *r;
+
+    if (s->rec_size == 0 || (r = *(at = etcd_rec_link(s, key))) == NULL)
+        return;
+    *at = r->next;
+    free(r);
+    s->rec_count--;
+}
+
+/* Drop the records that renew_many's pass `keep` did not see attached
+ * (every record when keep is 0: no pass is numbered 0). */
+static void etcd_rec_sweep(etcd_store *s, unsigned keep)
+{
+    size_t i;
+
+    for (i = 0; i < s->rec_size; i++) {
+        shared_rec **at = &s->rec[i], *r;
+
+        while ((r = *at) != NULL) {
+            if (keep != 0 && r->seen == keep) {
+                at = &r->next;
+                continue;
+            }
+            *at = r->next;
+            free(r);
+            s->rec_count--;
+        }
+    }
+}
+
+/* Twice the slots, the records rehashed; the table stays when out of memory
+ * (its chains just grow longer). */
+static void etcd_rec_grow(etcd_store *s)
+{
+    size_t size = s->rec_size ? s->rec_size * 2 : 64, i;
+    shared_rec **tab = calloc(size, sizeof(*tab));
+
+    if (tab == NULL)
+        return;
+    for (i = 0; i < s->rec_size; i++) {
+        shared_rec *r, *next;
+
+        for (r = s->rec[i]; r; r = next) {
+            size_t h = etcd_rec_hash(r->key) & (size - 1);
+
+            next = r->next;
+            r->next = tab[h];
+            tab[h] = r;
+        }
+    }
+    free(s->rec);
+    s->rec = tab;
+    s->rec_size = size;
+}
+
+static int etcd_rec_put(etcd_store *s, const char *key, const char *owner,
+                        uint64_t token)
+{
+    shared_rec *r;
+    size_t n = strlen(key);
+
+    if (s->rec_count >= s->rec_size)
+        etcd_rec_grow(s);
+    if (s->rec_size == 0)
+        return lease__seterr(LEASE_ENOMEM, "out of memory");
+    if ((r = etcd_rec_find(s, key)) == NULL) {
+        shared_rec **at = &s->rec[etcd_rec_hash(key) & (s->rec_size - 1)];
+
+        if ((r = calloc(1, sizeof(*r) + n + 1)) == NULL)
+            return lease__seterr(LEASE_ENOMEM, "out of memory");
+        memcpy(r->key, key, n + 1);
+        r->next = *at;
+        *at = r;
+        s->rec_count++;
+    }
+    r->token = token;
+    r->seen = 0;
+    lease__strlcpy(r->owner, owner, sizeof(r->owner));
+    return 0;
+}
+
+/* The shared etcd lease ended (or may have): the next acquire grants a new
+ * one, and every grant made under this one is lost. */
+static void etcd_forget_shared(etcd_store *s)
+{
+    s->shared_id = 0;
+    s->shared_marked = 0;
+    etcd_rec_sweep(s, 0);
+}
+
+/*
+ * The shared etcd lease an acquire attaches its key to, with its full TTL:
+ * a keep-alive of the current one, sent after the core read its clock for
+ * the grant's local deadline, so the TTL it restores may be reported as
+ * granted (the time already elapsed on the lease is not). A lease that
+ * ended is replaced by a new one.
+ */
+static int etcd_shared_lease(int64_t *id, uint64_t *granted_ms, etcd_store *s)
+{
+    int rc;
+
+    *granted_ms = 0;
+    if (s->shared_id != 0) {
+        if ((rc = etcd_keepalive(granted_ms, s, s->shared_id)) < 0)
+            return rc;
+        if (*granted_ms == 0)
+            etcd_forget_shared(s);
+    }
+    if (s->shared_id == 0) {
+        if ((rc = etcd_grant(&s->shared_id, granted_ms, s, s->shared_ttl_ms)) < 0) {
+            s->shared_id = 0;
+            return rc;
+        }
+        s->shared_marked = 0;
+    }
+    *id = s->shared_id;
+    return 0;
+}
+
+/* "shared/<etcd lease id in 16 hex digits>": present, attached to the
+ * lease itself, while a lease is a session's (see the key layout). */
+static json_t *etcd_shared_marker(etcd_store *s, int64_t id)
+{
+    char hex[17];
+
+    snprintf(hex, sizeof(hex), "%016llx", (unsigned long long)id);
+    return etcd_jkey(s, "shared/", hex);
+}
+
+/*
+ * Revoke a per-grant etcd lease a key was taken off (released, moved):
+ * never a session's shared lease, which holds the session's other keys,
+ * whichever handle let go of the key. When whether it is shared cannot be
+ * read, it is left alone: it expires by itself.
+ */
+static void etcd_revoke_unless_shared(etcd_store *s, int64_t id)
+{
+    char saved[LEASE__ERRMSG_SIZE];
+    int code = lease_errcode();
+    json_t *res = NULL;
+    int shared;
+
+    if (s->shared && id == s->shared_id)
+        return;
+    lease__strlcpy(saved, lease_errmsg(), sizeof(saved));
+    if (etcd_call(&res, s, "/v3/kv/range",
+                  json_pack("{s:o, s:b}", "key", etcd_shared_marker(s, id), "count_only", 1),
+                  "release") < 0) {
+        if (code < 0)
+            lease__seterr(code, "%s", saved);
+        return;
+    }
+    shared = etcd_jint(res, "count") != 0;
+    json_decref(res);
+    if (!shared)
+        etcd_revoke(s, id);
+}
+
+/* An acquire's own etcd lease that it does not use after all: revoked,
+ * unless it is the handle's shared lease. */
+static void etcd_drop_lease(etcd_store *s, int64_t id)
+{
+    if (!(s->shared && id == s->shared_id))
+        etcd_revoke(s, id);
+}
+
 /* ---- operations ---------------------------------------------------------- */
 
 /* "<ttl_ms>\n<label>" of a meta/ kv into info. */
@@ -1163,7 +1399,7 @@ static void etcd_prune_history(etcd_store *s, const char *key)
 
 /* The acquire txn succeeded: the token is its revision. Takes `res`. */
 static int etcd_acquired(lease_grant *out, etcd_store *s, json_t *res, int64_t id,
-                         uint64_t granted, const char *key)
+                         uint64_t granted, const lease_request *req)
 {
     int64_t entries = etcd_txn_count(res, 4);
     int rc = etcd_token_field(&out->token, json_object_get(res, "header"), "revision",
@@ -1171,8 +1407,13 @@ static int etcd_acquired(lease_grant *out, etcd_store *s, json_t *res, int64_t i
 
     json_decref(res);
     if (rc < 0) {
-        etcd_revoke(s, id); /* best effort: no token, no grant */
+        etcd_drop_lease(s, id); /* best effort: no token, no grant */
         return rc;
+    }
+    if (s->shared) {
+        s->shared_marked = 1;
+        if ((rc = etcd_rec_put(s, req->key, req->owner, out->token)) < 0)
+            return rc;
     }
     out->ttl_ms = granted;
     if (entries > LEASE_HISTORY_KEEP + HISTORY_SLACK) {
@@ -1184,15 +1425,77 @@ static int etcd_acquired(lease_grant *out, etcd_store *s, json_t *res, int64_t i
 
         if (budget < s->end_ns)
             s->end_ns = budget;
-        etcd_prune_history(s, key);
+        etcd_prune_history(s, req->key);
         s->end_ns = saved;
     }
     return 0;
 }
 
+/* The put of a shared lease's marker, attached to the lease itself. */
+static json_t *etcd_op_mark_shared(etcd_store *s, int64_t id)
+{
+    return etcd_op_put(etcd_shared_marker(s, id), etcd_jstr64(""), id);
+}
+
+/* A retried acquire by the holder: keep its etcd lease alive, same token;
+ * the new etcd lease is not needed. */
+static int etcd_retried(lease_grant *out, etcd_store *s, json_t *kv, int64_t id,
+                        const lease_request *req)
+{
+    uint64_t ttl = 0;
+    int rc;
+
+    etcd_revoke(s, id);
+    rc = etcd_token_field(&out->token, kv, "create_revision", "acquire");
+    if (rc < 0 || (rc = etcd_keepalive(&ttl, s, etcd_jint(kv, "lease"))) < 0)
+        return rc;
+    if (ttl == 0)
+        return lease__seterr(LEASE_ESTORE, "'%s': the lease expired while "
+                             "being acquired again; try again", req->key);
+    out->ttl_ms = ttl;
+    return 0;
+}
+
+/*
+ * A retried acquire by the holder on a session handle. A key on another
+ * etcd lease (taken through another handle, or under a shared lease since
+ * replaced) moves to the shared one, keeping its token (a put keeps
+ * create_revision), so that the session's keep-alives keep it; the lease
+ * it leaves expires by itself.
+ */
+static int etcd_adopt(lease_grant *out, etcd_store *s, json_t *kv, const lease_request *req,
+                      int64_t id, uint64_t granted, const char *metatext)
+{
+    json_t *res, *txn;
+    int rc, ok;
+
+    if ((rc = etcd_token_field(&out->token, kv, "create_revision", "acquire")) < 0)
+        return rc;
+    if (etcd_jint(kv, "lease") != id) {
+        txn = json_pack("{s:o, s:[o, o]}",
+                        "compare", etcd_is_holder(s, req->key, req->owner, out->token),
+                        "success",
+                        etcd_op_put(etcd_jkey(s, "lease/", req->key), etcd_jstr64(req->owner), id),
+                        etcd_op_put(etcd_jkey(s, "meta/", req->key), etcd_jstr64(metatext), id));
+        if (txn && !s->shared_marked)
+            json_array_append_new(json_object_get(txn, "success"), etcd_op_mark_shared(s, id));
+        if ((rc = etcd_call(&res, s, "/v3/kv/txn", txn, "acquire")) < 0)
+            return rc;
+        ok = etcd_txn_ok(res);
+        json_decref(res);
+        if (!ok)
+            return lease__seterr(LEASE_ESTORE, "acquire '%s': the lease changed while "
+                                 "being acquired again; try again", req->key);
+        s->shared_marked = 1;
+    }
+    out->ttl_ms = granted;
+    return etcd_rec_put(s, req->key, req->owner, out->token);
+}
+
 /* The acquire txn failed: a retry by the holder, or busy. Takes `res`. */
 static int etcd_not_acquired(lease_grant *out, lease_info *holder, etcd_store *s,
-                             json_t *res, int64_t id, const lease_request *req,
+                             json_t *res, int64_t id, uint64_t granted,
+                             const lease_request *req, const char *metatext,
                              const char *hid)
 {
     json_t *kv = etcd_txn_kv(res, 0);
@@ -1204,34 +1507,82 @@ static int etcd_not_acquired(lease_grant *out, lease_info *holder, etcd_store *s
         /* The failure branch reads at the compares' revision: the key was
          * free, so the history compare failed. Nothing was written. */
         json_decref(res);
-        etcd_revoke(s, id);
+        etcd_drop_lease(s, id);
         return lease__seterr(LEASE_ESTORE, "acquire '%s': history entry %s "
                              "exists already; try again", req->key, hid);
     }
     owner = etcd_kv_value(kv, NULL);
     if (owner && strcmp(owner, req->owner) == 0) {
-        /* A retried acquire by the holder: keep its etcd lease alive, same
-         * token; the new etcd lease is not needed. */
-        uint64_t ttl = 0;
-        int64_t old = etcd_jint(kv, "lease");
-
         free(owner);
-        etcd_revoke(s, id);
-        rc = etcd_token_field(&out->token, kv, "create_revision", "acquire");
+        rc = s->shared ? etcd_adopt(out, s, kv, req, id, granted, metatext)
+                       : etcd_retried(out, s, kv, id, req);
         json_decref(res);
-        if (rc < 0 || (rc = etcd_keepalive(&ttl, s, old)) < 0)
-            return rc;
-        if (ttl == 0)
-            return lease__seterr(LEASE_ESTORE, "'%s': the lease expired while "
-                                 "being acquired again; try again", req->key);
-        out->ttl_ms = ttl;
-        return 0;
+        return rc;
     }
     free(owner);
-    etcd_revoke(s, id);
+    etcd_drop_lease(s, id);
     rc = etcd_fill_info(holder, s, req->key, kv, etcd_txn_kv(res, 1), 0);
     json_decref(res);
     return rc < 0 ? rc : LEASE_EBUSY;
+}
+
+/*
+ * The I of a grant's history entry, known before the acquire txn and
+ * unique per grant: a per-grant etcd lease's id (etcd does not reuse
+ * them); under a shared lease, which many grants have (the same key
+ * released and acquired again among them), 64 random bits.
+ */
+static int etcd_history_id(char out[17], const etcd_store *s, int64_t id)
+{
+    uint64_t v = (uint64_t)id;
+
+    if (s->shared && getrandom(&v, sizeof(v), 0) != (ssize_t)sizeof(v))
+        return lease__seterr(LEASE_ESTORE, "getrandom failed: %s", strerror(errno));
+    snprintf(out, 17, "%016llx", (unsigned long long)v);
+    return 0;
+}
+
+/*
+ * Create the key only if it does not exist, with etcd lease `id`;
+ * otherwise read who holds it. The seen/ key is written in the same
+ * transaction, so its mod_revision is this grant's token: it tells a free
+ * key's last token, and that the key was ever acquired. So is the history
+ * entry, whose create_revision is then the token too; the second compare
+ * makes sure it is a new key (an existing one would keep an older
+ * create_revision). The count of the entries, this one included, tells
+ * when to prune. A session's first grant under a shared lease also marks
+ * the lease shared, last (the count stays the fifth response): whoever
+ * sees the key attached to the lease sees the mark.
+ */
+static json_t *etcd_acquire_txn(etcd_store *s, const lease_request *req, int64_t id,
+                                const char *metatext, const char *histtext,
+                                const char *hist)
+{
+    char hprefix[HNAME_SZ];
+    json_t *txn;
+
+    etcd_hist_name(hprefix, req->key, "");
+    txn = json_pack("{s:[o, o], s:[o, o, o, o, o], s:[o, o]}",
+                    "compare",
+                    etcd_cmp(etcd_jkey(s, "lease/", req->key), "CREATE", "EQUAL",
+                        "create_revision", json_integer(0)),
+                    etcd_cmp(etcd_jkey(s, "history/", hist), "CREATE", "EQUAL",
+                        "create_revision", json_integer(0)),
+                    "success",
+                    etcd_op_put(etcd_jkey(s, "lease/", req->key), etcd_jstr64(req->owner), id),
+                    etcd_op_put(etcd_jkey(s, "meta/", req->key), etcd_jstr64(metatext), id),
+                    etcd_op_put(etcd_jkey(s, "seen/", req->key), etcd_jstr64(""), 0),
+                    etcd_op_put(etcd_jkey(s, "history/", hist), etcd_jstr64(histtext), 0),
+                    json_pack("{s:o}", "request_range",
+                              json_pack("{s:o, s:o, s:b}", "key",
+                                        etcd_jkey(s, "history/", hprefix), "range_end",
+                                        etcd_jrange_end(s, "history/", hprefix),
+                                        "count_only", 1)),
+                    "failure", etcd_op_range(etcd_jkey(s, "lease/", req->key)),
+                    etcd_op_range(etcd_jkey(s, "meta/", req->key)));
+    if (txn && s->shared && !s->shared_marked)
+        json_array_append_new(json_object_get(txn, "success"), etcd_op_mark_shared(s, id));
+    return txn;
 }
 
 static int etcd_acquire(lease_grant *out, lease_info *holder, lease_store *base,
@@ -1240,14 +1591,21 @@ static int etcd_acquire(lease_grant *out, lease_info *holder, lease_store *base,
     etcd_store *s = (etcd_store *)base;
     uint64_t granted = 0;
     json_t *res;
-    char *metatext, *histtext;
-    char hist[HNAME_SZ], hprefix[HNAME_SZ], hid[17];
+    char *metatext = NULL, *histtext = NULL;
+    char hist[HNAME_SZ], hid[17];
     int64_t id;
     int rc;
 
     etcd_begin(s);
-    if ((rc = etcd_grant(&id, &granted, s, req->ttl_ms)) < 0)
+    rc = s->shared ? etcd_shared_lease(&id, &granted, s)
+                   : etcd_grant(&id, &granted, s, req->ttl_ms);
+    if (rc < 0)
         return rc;
+    if (s->shared && granted < req->ttl_ms)
+        return lease__seterr(LEASE_EINVALID, "acquire '%s': this handle keeps a "
+                             "session's grants, whose ttl is %llu ms, not %llu ms",
+                             req->key, (unsigned long long)granted,
+                             (unsigned long long)req->ttl_ms);
     /* "<ttl_ms>\n<label>": the label is bytes, which JSON text could not
      * always carry; for the same reason the history entry is text with the
      * label last. */
@@ -1256,52 +1614,32 @@ static int etcd_acquire(lease_grant *out, lease_info *holder, lease_store *base,
     if (asprintf(&histtext, "%s\n%llu\n%lld\n%s", req->owner,
                  (unsigned long long)granted, (long long)etcd_wall_ms(), req->label) < 0)
         histtext = NULL;
-    if (metatext == NULL || histtext == NULL) {
+    rc = metatext && histtext ? etcd_history_id(hid, s, id)
+                              : lease__seterr(LEASE_ENOMEM, "out of memory");
+    if (rc < 0) {
         free(metatext);
         free(histtext);
-        etcd_revoke(s, id);
-        return lease__seterr(LEASE_ENOMEM, "out of memory");
-    }
-    snprintf(hid, sizeof(hid), "%016llx", (unsigned long long)id);
-    etcd_hist_name(hist, req->key, hid);
-    etcd_hist_name(hprefix, req->key, "");
-    /* Create the key only if it does not exist, with the new etcd lease;
-     * otherwise read who holds it. The seen/ key is written in the same
-     * transaction, so its mod_revision is this grant's token: it tells a
-     * free key's last token, and that the key was ever acquired. So is the
-     * history entry, whose create_revision is then the token too; the
-     * second compare makes sure it is a new key (an existing one would keep
-     * an older create_revision), though etcd lease ids are not reused. The
-     * count of the entries, this one included, tells when to prune. */
-    rc = etcd_call(&res, s, "/v3/kv/txn",
-              json_pack("{s:[o, o], s:[o, o, o, o, o], s:[o, o]}",
-                        "compare",
-                        etcd_cmp(etcd_jkey(s, "lease/", req->key), "CREATE", "EQUAL",
-                            "create_revision", json_integer(0)),
-                        etcd_cmp(etcd_jkey(s, "history/", hist), "CREATE", "EQUAL",
-                            "create_revision", json_integer(0)),
-                        "success",
-                        etcd_op_put(etcd_jkey(s, "lease/", req->key), etcd_jstr64(req->owner), id),
-                        etcd_op_put(etcd_jkey(s, "meta/", req->key), etcd_jstr64(metatext), id),
-                        etcd_op_put(etcd_jkey(s, "seen/", req->key), etcd_jstr64(""), 0),
-                        etcd_op_put(etcd_jkey(s, "history/", hist), etcd_jstr64(histtext), 0),
-                        json_pack("{s:o}", "request_range",
-                                  json_pack("{s:o, s:o, s:b}", "key",
-                                            etcd_jkey(s, "history/", hprefix), "range_end",
-                                            etcd_jrange_end(s, "history/", hprefix),
-                                            "count_only", 1)),
-                        "failure", etcd_op_range(etcd_jkey(s, "lease/", req->key)),
-                        etcd_op_range(etcd_jkey(s, "meta/", req->key))),
-              "acquire");
-    free(metatext);
-    free(histtext);
-    if (rc < 0) {
-        /* Unknown outcome: leave the etcd lease; it expires by itself. */
+        etcd_drop_lease(s, id);
         return rc;
     }
-    if (etcd_txn_ok(res))
-        return etcd_acquired(out, s, res, id, granted, req->key);
-    return etcd_not_acquired(out, holder, s, res, id, req, hid);
+    etcd_hist_name(hist, req->key, hid);
+    rc = etcd_call(&res, s, "/v3/kv/txn",
+                   etcd_acquire_txn(s, req, id, metatext, histtext, hist), "acquire");
+    free(histtext);
+    if (rc < 0) {
+        /* Unknown outcome: leave the etcd lease; it expires by itself. A
+         * session forgets the key: whether it is attached now, and with
+         * which token, cannot be told, and a grant it cannot vouch for is
+         * reported lost rather than kept. */
+        if (s->shared)
+            etcd_rec_del(s, req->key);
+    } else if (etcd_txn_ok(res)) {
+        rc = etcd_acquired(out, s, res, id, granted, req);
+    } else {
+        rc = etcd_not_acquired(out, holder, s, res, id, granted, req, metatext, hid);
+    }
+    free(metatext);
+    return rc;
 }
 
 /* Is (key, owner, token) the current lease? Returns its etcd lease id. */
@@ -1378,7 +1716,7 @@ static int etcd_move_to_new_lease(uint64_t *granted_ms, etcd_store *s, const cha
         etcd_revoke(s, id);
         return lease__not_holder("renew", key, token, NULL);
     }
-    etcd_revoke(s, old);
+    etcd_revoke_unless_shared(s, old);
     return 0;
 }
 
@@ -1395,8 +1733,16 @@ static int etcd_renew(uint64_t *granted_ms, lease_store *base, const char *key,
         return rc;
     if ((rc = etcd_keepalive(&current, s, id)) < 0)
         return rc;
+    if (current == 0 && s->shared && id == s->shared_id)
+        etcd_forget_shared(s);
     if (current == 0)
         return lease__seterr(LEASE_ELOST, "renew '%s': the lease expired", key);
+    /* A session's key stays on the shared lease, whose TTL is the
+     * session's: moving it would take it out of the session's batches. */
+    if (s->shared && id == s->shared_id) {
+        *granted_ms = current;
+        return 0;
+    }
     /* The keep-alive restored the TTL granted before; a longer ttl (beyond
      * the server's rounding) needs a new etcd lease. */
     if (ttl_ms > current)
@@ -1420,7 +1766,8 @@ static int etcd_release(lease_store *base, const char *key, const char *owner,
     if (asprintf(&marker, "released\n%lld", (long long)etcd_wall_ms()) < 0)
         return lease__seterr(LEASE_ENOMEM, "out of memory");
     /* Delete only if the key is still the one created at `token` and
-     * held by this owner; read its etcd lease on the way, then revoke.
+     * held by this owner; read its etcd lease on the way, then revoke it
+     * unless it is shared.
      * The history's end marker goes in the same txn. */
     rc = etcd_call(&res, s, "/v3/kv/txn",
               json_pack("{s:o, s:[o, o, o, o]}",
@@ -1437,10 +1784,14 @@ static int etcd_release(lease_store *base, const char *key, const char *owner,
     if (ok && etcd_txn_kv(res, 0))
         id = etcd_jint(etcd_txn_kv(res, 0), "lease");
     json_decref(res);
+    if (s->shared)
+        etcd_rec_del(s, key);
     if (!ok)
         return lease__not_holder("release", key, token, NULL);
+    /* A per-grant etcd lease goes with its key; a session's shared lease
+     * keeps the session's other keys. */
     if (id > 0)
-        etcd_revoke(s, id);
+        etcd_revoke_unless_shared(s, id);
     return 0;
 }
 
@@ -1600,8 +1951,8 @@ static int etcd_history_lost(lease_store *base, const char *key, const char *own
     json_t *res, *req, *kv, *hkey;
     int rc, mine;
 
-    /* The entry's name holds its etcd lease id, which the caller does not
-     * know: find it by its create_revision, the token. */
+    /* The entry's name holds an id the caller does not know (see the key
+     * layout): find it by its create_revision, the token. */
     etcd_begin(s);
     etcd_hist_name(name, key, "");
     req = etcd_range_body(s, "history/", name);
@@ -2116,6 +2467,143 @@ static int etcd_wait_release(lease_store *base, const char *key, uint64_t timeou
     return rc;
 }
 
+/* ---- sessions: one shared etcd lease, renewed once a batch ---------------- */
+
+static int etcd_share_lease(lease_store *base, uint64_t ttl_ms)
+{
+    etcd_store *s = (etcd_store *)base;
+
+    if (s == NULL || ttl_ms == 0)
+        return lease__seterr(LEASE_EINVALID, "share_lease: no store or a zero ttl");
+    if (s->shared_id != 0)
+        return lease__seterr(LEASE_EINVALID, "share_lease: the handle has a shared "
+                             "lease already");
+    /* The etcd lease is granted at the first acquire: a session that never
+     * acquires costs etcd nothing. */
+    s->shared = 1;
+    s->shared_ttl_ms = ttl_ms;
+    return 0;
+}
+
+/* One key of a LeaseTimeToLive answer: mark its record seen when it is
+ * "P lease/K" and K is in the record. */
+static int etcd_shared_key_seen(etcd_store *s, json_t *k64)
+{
+    const char *t = json_string_value(k64);
+    size_t n = 0, skip = s->prefix_len + 6; /* "<prefix>lease/" */
+    char *k;
+    shared_rec *r;
+
+    if (t == NULL || !etcd_b64_valid(t, json_string_length(k64)))
+        return etcd_malformed("time to live", "a key of the lease is not base64 text");
+    if ((k = etcd_b64_decode(t, &n)) == NULL)
+        return lease__seterr(LEASE_ENOMEM, "out of memory");
+    if (n > skip && n - skip <= LEASE_KEY_MAX && memchr(k, '\0', n) == NULL &&
+        strncmp(k, s->prefix, s->prefix_len) == 0 &&
+        strncmp(k + s->prefix_len, "lease/", 6) == 0 &&
+        (r = etcd_rec_find(s, k + skip)) != NULL)
+        r->seen = s->rec_round;
+    free(k);
+    return 0;
+}
+
+/*
+ * The keys attached to the shared lease, from one LeaseTimeToLive: marks
+ * the records found with this pass's number. 1 when the lease is gone
+ * (TTL -1), 0 when read. The keys are the whole session's: the answer may
+ * be as large as a list's.
+ */
+static int etcd_shared_keys(etcd_store *s)
+{
+    json_t *res, *keys;
+    int64_t ttl;
+    size_t i;
+    int rc;
+
+    rc = etcd_call_max(&res, s, "/v3/lease/timetolive",
+                       json_pack("{s:I, s:b}", "ID", (json_int_t)s->shared_id, "keys", 1),
+                       LIST_ANSWER_MAX, "time to live");
+    if (rc < 0)
+        return rc;
+    ttl = etcd_jint(res, "TTL");
+    keys = json_object_get(res, "keys");
+    if (ttl == -1)
+        rc = 1;
+    else if (ttl < 0 || ttl > etcd_ttl_max_s(s))
+        rc = etcd_malformed("time to live", "TTL %lld s is not within -1 .. %lld s",
+                            (long long)ttl, (long long)etcd_ttl_max_s(s));
+    else if (etcd_jint(res, "ID") != s->shared_id)
+        rc = etcd_malformed("time to live", "the answer is about lease %lld, not %lld",
+                            (long long)etcd_jint(res, "ID"), (long long)s->shared_id);
+    else if (keys != NULL && !json_is_array(keys))
+        rc = etcd_malformed("time to live", "the keys are not a list");
+    for (i = 0; rc == 0 && i < json_array_size(keys); i++)
+        rc = etcd_shared_key_seen(s, json_array_get(keys, i));
+    json_decref(res);
+    return rc;
+}
+
+/* Every grant of the batch lost: the shared lease ended. */
+static int etcd_all_lost(int *results, uint64_t *granted_ms, etcd_store *s, size_t n)
+{
+    size_t i;
+
+    etcd_forget_shared(s);
+    for (i = 0; i < n; i++) {
+        results[i] = LEASE_ELOST;
+        granted_ms[i] = 0;
+    }
+    return 0;
+}
+
+/*
+ * A session handle's batch, whatever its size: one keep-alive of the
+ * shared lease, then one LeaseTimeToLive for the keys attached to it. A
+ * grant is renewed when its key is attached and the handle attached it
+ * with this token and owner; every grant is lost when the lease ended.
+ * Without share_lease: one renew per grant.
+ */
+static int etcd_renew_many(int *results, uint64_t *granted_ms, lease_store *base,
+                           const lease_grant *grants, size_t n, uint64_t ttl_ms)
+{
+    etcd_store *s = (etcd_store *)base;
+    uint64_t ttl = 0;
+    size_t i;
+    int rc;
+
+    if (!s->shared) {
+        for (i = 0; i < n; i++)
+            results[i] = etcd_renew(&granted_ms[i], base, grants[i].key, grants[i].owner,
+                                    grants[i].token, ttl_ms);
+        return 0;
+    }
+    etcd_begin(s);
+    if (s->shared_id == 0)
+        return etcd_all_lost(results, granted_ms, s, n);
+    if ((rc = etcd_keepalive(&ttl, s, s->shared_id)) < 0)
+        return rc;
+    if (ttl == 0)
+        return etcd_all_lost(results, granted_ms, s, n);
+    if (++s->rec_round == 0)
+        s->rec_round = 1; /* 0 is no pass */
+    if ((rc = etcd_shared_keys(s)) < 0)
+        return rc;
+    if (rc == 1)
+        return etcd_all_lost(results, granted_ms, s, n);
+    /* A key no longer attached never comes back to this lease but through
+     * an acquire on this handle, which records it again. */
+    etcd_rec_sweep(s, s->rec_round);
+    for (i = 0; i < n; i++) {
+        const shared_rec *r = etcd_rec_find(s, grants[i].key);
+        int held = r && r->token == grants[i].token &&
+                   strcmp(r->owner, grants[i].owner) == 0;
+
+        results[i] = held ? 0 : LEASE_ELOST;
+        granted_ms[i] = held ? ttl : 0;
+    }
+    return 0;
+}
+
 /* ---- open and close ---------------------------------------------------- */
 
 static void etcd_close(lease_store *base)
@@ -2123,6 +2611,8 @@ static void etcd_close(lease_store *base)
     etcd_store *s = (etcd_store *)base;
     int i;
 
+    etcd_rec_sweep(s, 0);
+    free(s->rec);
     if (s->curl)
         curl_easy_cleanup(s->curl);
     if (s->multi)
@@ -2343,7 +2833,8 @@ const lease_backend lease__etcd_backend = {
     .version = LEASE_BACKEND_VERSION,
     .name = "etcd",
     .schemes = lease__etcd_schemes,
-    .features = LEASE_FEATURE_NOTIFY | LEASE_FEATURE_ROUNDS_TTL,
+    .features = LEASE_FEATURE_NOTIFY | LEASE_FEATURE_ROUNDS_TTL |
+                LEASE_FEATURE_RENEW_MANY | LEASE_FEATURE_SHARED,
     .store_size = sizeof(etcd_store),
     .open3 = etcd_open,
     .close = etcd_close,
@@ -2358,9 +2849,10 @@ const lease_backend lease__etcd_backend = {
     .data_get = etcd_data_get,
     .guarded_txn = NULL,
     .wait_release = etcd_wait_release,
-    .renew_many = NULL,
+    .renew_many = etcd_renew_many,
     .set_timeout = NULL, /* etcd_begin reads parent.timeout_ms */
     .advisory_txn = NULL,
     .history = etcd_history,
     .history_lost = etcd_history_lost,
+    .share_lease = etcd_share_lease,
 };

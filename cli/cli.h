@@ -85,7 +85,31 @@ void cli_format_wall(char *buf, size_t size, int64_t ms);
  * in and the client libraries they talk through (version.c). */
 int cli_print_version(FILE *out);
 
+/*
+ * The options of run, elect, hold and claim (cmd_run.c, cmd_hold.c),
+ * checked before any store is opened. hold and claim keep their keys in
+ * one session: hold the keys given, in their order; claim up to `want` of
+ * PREFIX/0 .. PREFIX/(nkeys-1).
+ */
+typedef struct cli_run_opts {
+    const char *key, *label; /* run: KEY, elect: NAME, claim: PREFIX */
+    uint64_t ttl_ms, wait_ms, grace_ms, kill_margin_ms;
+    int has_grace, pass_store, cmd_at, elect;
+    char deflabel[LEASE_LABEL_MAX + 1];
+    char **keys;  /* hold and claim; NULL for run and elect */
+    size_t nkeys;
+    size_t want;  /* claim: how many of the keys; 0 for hold */
+} cli_run_opts;
+
+/* The stop timing, from the ttl and --grace: exit 2 if it leaves no room. */
+int cli_run_timing(cli_args *a, cli_run_opts *o);
+/* Takes the authority o describes, runs the command after "--" under it and
+ * stops it in time; the exit code. */
+int cli_run_supervise(cli_globals *g, cli_args *a, cli_run_opts *o);
+
 int cmd_run(cli_globals *g, cli_args *a);
+int cmd_hold(cli_globals *g, cli_args *a);
+int cmd_claim(cli_globals *g, cli_args *a);
 int cmd_elect(cli_globals *g, cli_args *a);
 int cmd_leader(cli_globals *g, cli_args *a);
 int cmd_agent(cli_globals *g, cli_args *a);

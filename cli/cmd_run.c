@@ -13,8 +13,13 @@
  * so the child is gone before the deadline passes, even when renewals fail
  * silently (store unreachable). A lease the store says is lost starts the
  * same sequence at once.
+ *
+ * `lease hold` and `lease claim` (cmd_hold.c parses them) run their
+ * command the same way under the grants of one session: its deadline is the
+ * earliest of theirs, and the loss of any one of them stops the command.
  */
 #define _GNU_SOURCE /* execvpe, pipe2 */
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -94,29 +99,81 @@ static void on_stepdown(lease_election *e, int reason, void *payload)
     notify_lost(reason);
 }
 
-/* What the child's authority comes from: a kept lease or a leadership. */
+static void on_session_lost(lease_session *s, lease_held *h, int reason, void *payload)
+{
+    (void)s;
+    (void)h;
+    (void)payload;
+    notify_lost(reason);
+}
+
+/* What the child's authority comes from: a kept lease, a leadership, or
+ * the grants of a session (held[0..n), with their shard numbers for
+ * claim, and whether each one's loss was logged yet). */
 typedef struct {
     lease_keeper *keeper;
     lease_election *election;
+    lease_session *session;
+    lease_held **held;
+    size_t *shard;
+    unsigned char *lost_logged;
+    size_t n;
 } authority;
 
+/* A session's authority ends with the first of its grants' deadlines. */
 static int64_t auth_deadline(const authority *au)
 {
-    return au->election ? lease_election_deadline_ns(au->election)
-                        : lease_keeper_deadline_ns(au->keeper);
+    int64_t first = INT64_MAX;
+    size_t i;
+
+    if (au->election)
+        return lease_election_deadline_ns(au->election);
+    if (au->keeper)
+        return lease_keeper_deadline_ns(au->keeper);
+    for (i = 0; i < au->n; i++) {
+        int64_t d = lease_held_deadline_ns(au->held[i]);
+        if (d < first)
+            first = d;
+    }
+    return au->n ? first : 0;
 }
 
+/* A session's authority holds while every one of its grants does. */
 static int auth_valid(const authority *au)
 {
-    return au->election ? lease_election_is_leader(au->election)
-                        : lease_keeper_valid(au->keeper);
+    size_t i;
+
+    if (au->election)
+        return lease_election_is_leader(au->election);
+    if (au->keeper)
+        return lease_keeper_valid(au->keeper);
+    for (i = 0; i < au->n; i++)
+        if (!lease_held_valid(au->held[i]))
+            return 0;
+    return au->n > 0;
 }
 
-static int auth_end(const authority *au, int release)
+static void auth_free(authority *au)
 {
-    if (au->election)
-        return lease_resign(au->election);
-    return lease_keeper_stop(NULL, au->keeper, release);
+    free(au->held);
+    free(au->shard);
+    free(au->lost_logged);
+    au->held = NULL;
+    au->shard = NULL;
+    au->lost_logged = NULL;
+    au->n = 0;
+}
+
+/* Is a SIGINT, SIGTERM or SIGHUP pending? They are blocked while a long
+ * wait goes on (the renewing thread must not take them), so the wait goes
+ * in slices and asks between two. */
+static int run_interrupted(void)
+{
+    sigset_t pending;
+
+    sigpending(&pending);
+    return sigismember(&pending, SIGINT) || sigismember(&pending, SIGTERM) ||
+           sigismember(&pending, SIGHUP);
 }
 
 /* Campaign in slices, so that a SIGINT or SIGTERM (blocked: the renewing
@@ -129,24 +186,34 @@ static int campaign(lease_election **e, lease_store *s, const char *name,
 
     for (;;) {
         int64_t left = (end - lease_clock_ns()) / 1000000;
-        sigset_t pending;
 
         co->wait_ms = left <= 0 ? 0 : left > 200 ? 200 : (uint64_t)left;
         rc = lease_campaign(e, s, name, co);
         if ((rc != LEASE_EBUSY && rc != LEASE_ETIMEOUT) || left <= 200)
             return rc;
-        sigpending(&pending);
-        if (sigismember(&pending, SIGINT) || sigismember(&pending, SIGTERM) ||
-            sigismember(&pending, SIGHUP))
-            return 1; /* interrupted */
+        if (run_interrupted())
+            return 1;
     }
 }
 
+/* What an event names: one key and its token, or (key NULL) the `count`
+ * grants of a hold or claim. `cmd` starts its text lines. */
 typedef struct {
     int json;
     const char *key;
     uint64_t token;
+    const char *cmd;
+    size_t count;
 } run_log;
+
+static void event_prefix(const run_log *l)
+{
+    fprintf(stderr, "lease %s: ", l->cmd);
+    if (l->key)
+        cli_put_text(stderr, l->key);
+    else
+        fprintf(stderr, "%zu key%s", l->count, l->count == 1 ? "" : "s");
+}
 
 /* One event line on stderr: JSON with --json, short text otherwise.
  * Quiet events (acquired, released...) are only printed with --json.
@@ -155,9 +222,13 @@ typedef struct {
 static void event(const run_log *l, const char *name, int loud, json_t *extra)
 {
     if (l->json) {
-        json_t *o = json_pack("{s:s, s:o, s:I, s:I}", "event", name,
-                              "key", cli_json_str(l->key), "token", (json_int_t)l->token,
-                              "t_ns", (json_int_t)lease_clock_ns());
+        json_t *o = l->key ? json_pack("{s:s, s:o, s:I, s:I}", "event", name,
+                                       "key", cli_json_str(l->key),
+                                       "token", (json_int_t)l->token,
+                                       "t_ns", (json_int_t)lease_clock_ns())
+                           : json_pack("{s:s, s:I, s:I}", "event", name,
+                                       "count", (json_int_t)l->count,
+                                       "t_ns", (json_int_t)lease_clock_ns());
         char *text;
 
         if (o && extra)
@@ -168,20 +239,73 @@ static void event(const run_log *l, const char *name, int loud, json_t *extra)
         }
         json_decref(o);
     } else if (loud) {
-        fputs("lease run: ", stderr);
-        cli_put_text(stderr, l->key);
-        fprintf(stderr, ": %s (token %llu)\n", name, (unsigned long long)l->token);
+        event_prefix(l);
+        if (l->key)
+            fprintf(stderr, ": %s (token %llu)\n", name, (unsigned long long)l->token);
+        else
+            fprintf(stderr, ": %s\n", name);
     }
     json_decref(extra);
 }
 
-/* The options of run and elect, checked before any store is opened. */
-typedef struct {
-    const char *key, *label;
-    uint64_t ttl_ms, wait_ms, grace_ms, kill_margin_ms;
-    int has_grace, pass_store, cmd_at, elect;
-    char deflabel[LEASE_LABEL_MAX + 1];
-} run_opts;
+/* An event of one grant of a session: its key and token. */
+static void event_held(const run_log *l, const lease_held *h, const char *name,
+                       int loud, json_t *extra)
+{
+    run_log one = *l;
+
+    one.key = lease_held_grant(h)->key;
+    one.token = lease_held_token(h);
+    event(&one, name, loud, extra);
+}
+
+/* Each grant of a session newly lost: one "lost" event, once. */
+static void auth_log_lost(const authority *au, const run_log *log, char reason)
+{
+    size_t i;
+
+    for (i = 0; i < au->n; i++) {
+        if (au->lost_logged[i] || lease_held_state(au->held[i]) != LEASE_KEEPER_LOST)
+            continue;
+        au->lost_logged[i] = 1;
+        event_held(log, au->held[i], "lost", 1,
+                   json_pack("{s:s}", "reason", reason == 'L' ? "ELOST" : "ESTORE"));
+    }
+}
+
+/* Ends the authority; releases when `release` is set (the lease may still
+ * be ours). A session releases each of its grants that is still valid,
+ * whatever became of the others, and logs each release: LEASE_ELOST if
+ * one of them found its key taken, else the first failure. */
+static int auth_end(const authority *au, int release, const run_log *log)
+{
+    char key[LEASE_KEY_MAX + 1];
+    run_log one = *log;
+    int rc = 0, r;
+    size_t i;
+
+    if (au->election)
+        return lease_resign(au->election);
+    if (au->keeper)
+        return lease_keeper_stop(NULL, au->keeper, release);
+    for (i = 0; i < au->n; i++) {
+        if (!lease_held_valid(au->held[i]))
+            continue;
+        /* The release frees the grant: its key is copied first. */
+        snprintf(key, sizeof(key), "%s", lease_held_grant(au->held[i])->key);
+        one.key = key;
+        one.token = lease_held_token(au->held[i]);
+        r = lease_session_release(au->session, au->held[i]);
+        au->held[i] = NULL;
+        event(&one, r == 0 ? "released" : "release_failed", r != 0, NULL);
+        if (r == LEASE_ELOST || (rc == 0 && r < 0))
+            rc = r;
+    }
+    lease_session_close(au->session, 0);
+    return rc;
+}
+
+typedef cli_run_opts run_opts;
 
 static int run_parse(cli_globals *g, cli_args *a, run_opts *o)
 {
@@ -240,6 +364,13 @@ static int run_check(cli_args *a, run_opts *o)
     if (o->cmd_at < 0 || o->cmd_at >= a->argc)
         return cli_usage(a->cmd, "missing the command: lease %s %s -- CMD [ARG...]",
                          a->cmd, o->elect ? "NAME" : "KEY");
+    return cli_run_timing(a, o);
+}
+
+int cli_run_timing(cli_args *a, cli_run_opts *o)
+{
+    if (a == NULL || o == NULL)
+        return EXIT_FAIL;
     o->kill_margin_ms = o->ttl_ms / 20 > 1000 ? 1000 : o->ttl_ms / 20;
     if (o->kill_margin_ms == 0)
         o->kill_margin_ms = 1;
@@ -275,19 +406,75 @@ static void run_env_free(char **env, size_t ours)
     free(env);
 }
 
+/* Is entry "STEM<digits>=..."? */
+static int run_env_numbered(const char *entry, const char *stem)
+{
+    size_t n = strlen(stem);
+    const char *p = entry + n;
+
+    if (strncmp(entry, stem, n) != 0 || !isdigit((unsigned char)*p))
+        return 0;
+    while (isdigit((unsigned char)*p))
+        p++;
+    return *p == '=';
+}
+
 /* Names the child gets from us alone: the user's own are dropped, so that
- * a LEASE_TOKEN of an outer run is never mistaken for this one's. And
- * LEASE_STORE, which may hold a password, unless --pass-store. */
+ * a LEASE_TOKEN of an outer run, or a LEASE_KEY_3 of an outer hold, is never
+ * mistaken for this one's. And LEASE_STORE, which may hold a password,
+ * unless --pass-store. */
 static int run_env_replaced(const char *entry)
 {
     static const char *const names[] = { "LEASE_STORE=", "LEASE_KEY=", "LEASE_TOKEN=",
-                                         "LEASE_OWNER=", "LEASE_TTL_MS=", "LEASE_EPOCH=" };
+                                         "LEASE_OWNER=", "LEASE_TTL_MS=", "LEASE_EPOCH=",
+                                         "LEASE_COUNT=", "LEASE_SHARDS=" };
+    static const char *const stems[] = { "LEASE_KEY_", "LEASE_TOKEN_", "LEASE_SHARD_" };
     size_t i;
 
     for (i = 0; i < sizeof(names) / sizeof(names[0]); i++)
         if (strncmp(entry, names[i], strlen(names[i])) == 0)
             return 1;
+    for (i = 0; i < sizeof(stems) / sizeof(stems[0]); i++)
+        if (run_env_numbered(entry, stems[i]))
+            return 1;
     return 0;
+}
+
+/*
+ * A session's grants, into env[*k ...]: LEASE_COUNT, then LEASE_KEY_<i> and
+ * LEASE_TOKEN_<i> for each (and for claim LEASE_SHARD_<i>, and LEASE_SHARDS,
+ * the shard numbers in ascending order, space-separated). Each key is the
+ * whole value of a variable of its own, so that no byte a key may hold
+ * (spaces, '=', newlines) can make it ambiguous. An entry left NULL means
+ * out of memory.
+ */
+static void run_env_grants(char **env, size_t *k, const authority *au)
+{
+    char name[48], num[32], *shards = NULL;
+    size_t i, len = 0;
+
+    snprintf(num, sizeof(num), "%zu", au->n);
+    env[(*k)++] = run_env_var("LEASE_COUNT", num);
+    /* A shard number is at most 20 digits, plus a space. */
+    if (au->shard && (shards = malloc(au->n * 21 + 1)) != NULL)
+        shards[0] = '\0';
+    for (i = 0; i < au->n; i++) {
+        snprintf(name, sizeof(name), "LEASE_KEY_%zu", i);
+        env[(*k)++] = run_env_var(name, lease_held_grant(au->held[i])->key);
+        snprintf(name, sizeof(name), "LEASE_TOKEN_%zu", i);
+        snprintf(num, sizeof(num), "%llu", (unsigned long long)lease_held_token(au->held[i]));
+        env[(*k)++] = run_env_var(name, num);
+        if (au->shard == NULL)
+            continue;
+        snprintf(name, sizeof(name), "LEASE_SHARD_%zu", i);
+        snprintf(num, sizeof(num), "%zu", au->shard[i]);
+        env[(*k)++] = run_env_var(name, num);
+        if (shards)
+            len += (size_t)sprintf(shards + len, "%s%s", i ? " " : "", num);
+    }
+    if (au->shard)
+        env[(*k)++] = shards ? run_env_var("LEASE_SHARDS", shards) : NULL;
+    free(shards);
 }
 
 /*
@@ -295,7 +482,7 @@ static int run_env_replaced(const char *entry)
  * a renewing thread only async-signal-safe calls are safe, so no setenv()
  * there. The first *ours entries are new strings (run_env_free()).
  */
-static char **run_env_build(const lease_grant *g, const run_opts *o,
+static char **run_env_build(const authority *au, const lease_grant *g, const run_opts *o,
                             const char *store_url, size_t *ours)
 {
     extern char **environ;
@@ -304,12 +491,19 @@ static char **run_env_build(const lease_grant *g, const run_opts *o,
 
     while (environ[n])
         n++;
-    if ((env = calloc(n + 8, sizeof(*env))) == NULL)
+    if ((env = calloc(n + 8 + 3 * au->n + 2, sizeof(*env))) == NULL)
         return NULL;
-    env[k++] = run_env_var("LEASE_KEY", g->key);
+    /* A session's command gets no LEASE_KEY nor LEASE_TOKEN: one written
+     * for lease run must not take one grant for all of them. */
+    if (au->session) {
+        run_env_grants(env, &k, au);
+    } else {
+        env[k++] = run_env_var("LEASE_KEY", g->key);
+        snprintf(num, sizeof(num), "%llu", (unsigned long long)g->token);
+        env[k++] = run_env_var("LEASE_TOKEN", num);
+    }
     env[k++] = run_env_var("LEASE_OWNER", g->owner);
     snprintf(num, sizeof(num), "%llu", (unsigned long long)g->token);
-    env[k++] = run_env_var("LEASE_TOKEN", num);
     if (o->elect)
         env[k++] = run_env_var("LEASE_EPOCH", num);
     snprintf(num, sizeof(num), "%llu", (unsigned long long)g->ttl_ms);
@@ -350,12 +544,12 @@ static pid_t start_child(char **argv, char **env, sigset_t *oldmask)
 }
 
 /* Starts the child with the environment of run_env_build(). */
-static pid_t run_spawn(char **argv, const lease_grant *g, const run_opts *o,
-                       const cli_globals *gl, sigset_t *oldmask)
+static pid_t run_spawn(char **argv, const authority *au, const lease_grant *g,
+                       const run_opts *o, const cli_globals *gl, sigset_t *oldmask)
 {
     const char *url = gl->store_url ? gl->store_url : getenv("LEASE_STORE");
     size_t ours = 0;
-    char **env = run_env_build(g, o, url, &ours);
+    char **env = run_env_build(au, g, o, url, &ours);
     pid_t pid;
 
     if (env == NULL) {
@@ -435,8 +629,130 @@ static int run_lead(authority *au, lease_grant *grant, lease_store *s,
     return rc;
 }
 
-/* Opens the store, takes the authority, closes the store (the keeper or
- * election keeps its own connection). 0, or the exit code. */
+/* hold: one key into the session, waiting at most wait_ms in slices as
+ * campaign() does. 1 if interrupted. */
+static int hold_one(lease_held **h, lease_session *se, const char *key, uint64_t wait_ms)
+{
+    int64_t end = lease_clock_ns() + (int64_t)wait_ms * 1000000;
+    int rc;
+
+    for (;;) {
+        int64_t left = (end - lease_clock_ns()) / 1000000;
+        uint64_t slice = left <= 0 ? 0 : left > 200 ? 200 : (uint64_t)left;
+
+        rc = lease_session_acquire(h, NULL, se, key, slice, NULL, NULL);
+        if ((rc != LEASE_EBUSY && rc != LEASE_ETIMEOUT) || left <= 200)
+            break;
+        if (run_interrupted())
+            return 1;
+    }
+    /* A last slice of 0 ms says busy: after a wait, that is a timeout. */
+    return rc == LEASE_EBUSY && wait_ms > 0 ? LEASE_ETIMEOUT : rc;
+}
+
+/* hold: every key, in order. On a key that cannot be had, the exit code
+ * (the message names the key); the caller's close releases the others. */
+static int session_hold(authority *au, const run_opts *o, const char *cmd)
+{
+    size_t i;
+    int rc;
+
+    for (i = 0; i < o->nkeys; i++) {
+        rc = hold_one(&au->held[i], au->session, o->keys[i], o->wait_ms);
+        if (rc == 0) {
+            au->n = i + 1;
+            continue;
+        }
+        if (rc == 1) {
+            rc = 130;
+            fprintf(stderr, "lease %s: interrupted while waiting for ", cmd);
+        } else {
+            rc = cli_fail(rc, cmd);
+            fprintf(stderr, "lease %s: could not acquire ", cmd);
+        }
+        cli_put_text(stderr, o->keys[i]);
+        if (au->n == 0)
+            fputs("; no key was acquired before it\n", stderr);
+        else
+            fprintf(stderr, "; releasing the %zu key%s acquired before it\n", au->n,
+                    au->n == 1 ? "" : "s");
+        return rc;
+    }
+    return 0;
+}
+
+/* claim: up to `want` of the shards; au->held and au->shard get those held,
+ * in shard order. None: exit 3. */
+static int session_claim(authority *au, const run_opts *o, const char *cmd)
+{
+    lease_held **out = calloc(o->nkeys, sizeof(*out));
+    size_t count = 0, i;
+    int rc;
+
+    if (out == NULL) {
+        fprintf(stderr, "lease %s: out of memory\n", cmd);
+        return EXIT_FAIL;
+    }
+    rc = lease_session_claim(&count, out, au->session, (const char *const *)o->keys,
+                             o->nkeys, o->want);
+    for (i = 0; rc == 0 && i < o->nkeys; i++) {
+        if (out[i] && lease_held_state(out[i]) == LEASE_KEEPER_HELD) {
+            au->held[au->n] = out[i];
+            au->shard[au->n++] = i;
+        }
+    }
+    free(out);
+    if (rc < 0)
+        return cli_fail(rc, cmd);
+    if (au->n == 0) {
+        fprintf(stderr, "lease %s: EBUSY: none of the %zu shards ", cmd, o->nkeys);
+        cli_put_text(stderr, o->key);
+        fprintf(stderr, "/0 .. ");
+        cli_put_text(stderr, o->key);
+        fprintf(stderr, "/%zu could be claimed: all are held by others\n", o->nkeys - 1);
+        return EXIT_BUSY;
+    }
+    return 0;
+}
+
+/* hold and claim: a session whose thread starts with the signals blocked
+ * (it inherits the mask), then the keys. On failure every key acquired is
+ * released. 0, a negative LEASE_E* code or an exit code. */
+static int run_session(authority *au, lease_store *s, const run_opts *o, const char *cmd,
+                       const sigset_t *mask, sigset_t *oldmask)
+{
+    lease_session_opts so = LEASE_SESSION_OPTS_INIT;
+    char owner[LEASE_OWNER_BUFSZ];
+    int rc;
+
+    if ((rc = lease_owner_new(owner)) < 0)
+        return rc;
+    au->held = calloc(o->nkeys, sizeof(*au->held));
+    au->lost_logged = calloc(o->nkeys, 1);
+    if (o->want)
+        au->shard = calloc(o->nkeys, sizeof(*au->shard));
+    if (au->held == NULL || au->lost_logged == NULL || (o->want && au->shard == NULL)) {
+        fprintf(stderr, "lease %s: out of memory\n", cmd);
+        return EXIT_FAIL;
+    }
+    so.owner = owner;
+    so.ttl_ms = o->ttl_ms;
+    so.label = o->label;
+    so.on_lost = on_session_lost;
+    sigprocmask(SIG_BLOCK, mask, oldmask);
+    if ((rc = lease_session_open(&au->session, s, &so)) < 0)
+        return rc;
+    rc = o->want ? session_claim(au, o, cmd) : session_hold(au, o, cmd);
+    if (rc != 0) {
+        lease_session_close(au->session, 1);
+        au->session = NULL;
+        au->n = 0;
+    }
+    return rc;
+}
+
+/* Opens the store, takes the authority, closes the store (the keeper,
+ * election or session keeps its own connection). 0, or the exit code. */
 static int run_acquire(authority *au, lease_grant *grant, cli_globals *g,
                        cli_args *a, const run_opts *o, sigset_t *oldmask)
 {
@@ -447,10 +763,16 @@ static int run_acquire(authority *au, lease_grant *grant, cli_globals *g,
     if ((rc = cli_open_store(&s, g)))
         return rc;
     run_sigmask(&mask);
-    if (o->elect)
+    if (o->keys)
+        rc = run_session(au, s, o, a->cmd, &mask, oldmask);
+    else if (o->elect)
         rc = run_lead(au, grant, s, o, &mask, oldmask);
     else
         rc = run_keep(au, grant, s, o, &mask, oldmask);
+    /* A session's command gets the owner and ttl of its first grant
+     * (every grant of a session has both the same). */
+    if (rc == 0 && o->keys)
+        *grant = *lease_held_grant(au->held[0]);
     if (rc < 0)
         rc = cli_fail(rc, a->cmd);
     lease_store_close(s);
@@ -525,10 +847,13 @@ static int run_wait(run_stop *st, int sfd, const authority *au,
             break;
         if (fds[1].revents & POLLIN) {
             char c = 0;
-            if (read(lost_pipe[0], &c, 1) == 1 && !st->stopped_for_loss) {
+            if (read(lost_pipe[0], &c, 1) == 1) {
+                if (au->session)
+                    auth_log_lost(au, log, c);
+                else if (!st->stopped_for_loss)
+                    event(log, "lost", 1, json_pack("{s:s}", "reason",
+                                                    c == 'L' ? "ELOST" : "ESTORE"));
                 st->stopped_for_loss = 1;
-                event(log, "lost", 1, json_pack("{s:s}", "reason",
-                                                c == 'L' ? "ELOST" : "ESTORE"));
             }
         }
         if (fds[0].revents & POLLIN) {
@@ -566,8 +891,8 @@ static int run_finish(const run_stop *st, int status, const authority *au,
           json_pack("{s:i, s:I, s:I, s:b}", "code", code, "exited_ns",
                     (json_int_t)exited, "deadline_ns", (json_int_t)deadline,
                     "before_deadline", exited < deadline));
-    rc = auth_end(au, valid);
-    if (valid)
+    rc = auth_end(au, valid, log);
+    if (valid && !au->session)
         event(log, rc == 0 ? "released" : "release_failed", rc != 0, NULL);
     if (exited >= deadline)
         why = "the lease ended before the command's exit was seen";
@@ -577,62 +902,111 @@ static int run_finish(const run_stop *st, int status, const authority *au,
         event(log, "lost_while_running", 0,
               json_pack("{s:i, s:s}", "code", code, "reason", why));
         if (!log->json) {
-            fputs("lease run: ", stderr);
-            cli_put_text(stderr, log->key);
-            fprintf(stderr, ": lost while running (token %llu): %s; the command "
-                    "exited %d, lease exits 4\n", (unsigned long long)log->token, why,
-                    code);
+            event_prefix(log);
+            if (log->key)
+                fprintf(stderr, ": lost while running (token %llu)",
+                        (unsigned long long)log->token);
+            else
+                fputs(": lost while running", stderr);
+            fprintf(stderr, ": %s; the command exited %d, lease exits 4\n", why, code);
         }
         return EXIT_LOST;
     }
     return st->stopped_for_loss ? EXIT_LOST : code;
 }
 
-static int supervise(cli_globals *g, cli_args *a, int elect)
+/* One "acquired" event per grant: the keeper's or leader's, or each of a
+ * session's with its own key and token (and shard, for claim). */
+static void log_acquired(const authority *au, const lease_grant *grant, const run_log *log)
 {
-    run_opts o = { NULL, NULL, DEFAULT_TTL_MS, 0, 0, 0, 0, 0, -1, elect, "" };
-    authority au = { NULL, NULL };
-    run_log log = { 0, NULL, 0 };
+    size_t i;
+
+    if (au->session == NULL) {
+        event(log, "acquired", 0,
+              json_pack("{s:s, s:I, s:I}", "owner", grant->owner, "ttl_ms",
+                        (json_int_t)grant->ttl_ms, "deadline_ns",
+                        (json_int_t)grant->deadline_ns));
+        return;
+    }
+    for (i = 0; i < au->n; i++) {
+        const lease_grant *g = lease_held_grant(au->held[i]);
+        json_t *extra = json_pack("{s:s, s:I, s:I}", "owner", g->owner, "ttl_ms",
+                                  (json_int_t)g->ttl_ms, "deadline_ns",
+                                  (json_int_t)g->deadline_ns);
+
+        if (extra && au->shard)
+            json_object_set_new(extra, "shard", json_integer((json_int_t)au->shard[i]));
+        event_held(log, au->held[i], "acquired", 0, extra);
+    }
+}
+
+int cli_run_supervise(cli_globals *g, cli_args *a, cli_run_opts *o)
+{
+    authority au = { NULL, NULL, NULL, NULL, NULL, NULL, 0 };
+    run_log log = { 0, NULL, 0, "run", 0 };
     run_stop st = { 0, 0, 0, 0, 0 };
     char ekey[LEASE_KEY_MAX + 1];
     lease_grant grant;
     sigset_t mask, oldmask;
     int rc, sfd;
 
-    if ((rc = run_parse(g, a, &o)) || (rc = run_check(a, &o)))
-        return rc < 0 ? EXIT_OK : rc;
-    snprintf(ekey, sizeof(ekey), "election/%s", o.key);
-    log.key = elect ? ekey : o.key;
+    if (g == NULL || a == NULL || o == NULL || (o->keys == NULL && o->key == NULL) ||
+        (o->keys && o->nkeys == 0))
+        return EXIT_FAIL;
+    snprintf(ekey, sizeof(ekey), "election/%s", o->key ? o->key : "");
+    /* run and elect name their one key in every event; hold and claim
+     * name each grant's in its own events, the count in the others. */
+    if (o->keys)
+        log.cmd = a->cmd;
+    else
+        log.key = o->elect ? ekey : o->key;
     log.json = g->json;
-    if (o.label == NULL) {
-        cli_default_label(o.deflabel, sizeof(o.deflabel));
-        o.label = o.deflabel;
+    if (o->label == NULL) {
+        cli_default_label(o->deflabel, sizeof(o->deflabel));
+        o->label = o->deflabel;
     }
     /* Close-on-exec, as every descriptor: a child must not write on it. */
     if (lost_pipe[0] < 0 && pipe2(lost_pipe, O_CLOEXEC) != 0) {
         perror("lease run: pipe");
         return EXIT_FAIL;
     }
-    if ((rc = run_acquire(&au, &grant, g, a, &o, &oldmask)))
+    if ((rc = run_acquire(&au, &grant, g, a, o, &oldmask))) {
+        auth_free(&au);
         return rc;
+    }
     log.token = grant.token;
-    event(&log, "acquired", 0,
-          json_pack("{s:s, s:I, s:I}", "owner", grant.owner, "ttl_ms",
-                    (json_int_t)grant.ttl_ms, "deadline_ns", (json_int_t)grant.deadline_ns));
+    log.count = au.n;
+    log_acquired(&au, &grant, &log);
     run_sigmask(&mask);
     sfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
-    st.child = sfd < 0 ? -1 : run_spawn(a->argv + o.cmd_at, &grant, &o, g, &oldmask);
+    st.child = sfd < 0 ? -1 : run_spawn(a->argv + o->cmd_at, &au, &grant, o, g, &oldmask);
     if (sfd < 0 || st.child < 0) {
-        perror("lease run: cannot start the command");
-        auth_end(&au, 1);
+        fprintf(stderr, "lease %s: cannot start the command: %s\n", log.cmd, strerror(errno));
+        auth_end(&au, 1, &log);
+        auth_free(&au);
         if (sfd >= 0)
             close(sfd);
         return EXIT_FAIL;
     }
     event(&log, "started", 0, json_pack("{s:i}", "pid", (int)st.child));
-    rc = run_finish(&st, run_wait(&st, sfd, &au, &o, &log), &au, &log);
+    rc = run_finish(&st, run_wait(&st, sfd, &au, o, &log), &au, &log);
     close(sfd);
+    auth_free(&au);
     return rc;
+}
+
+static int supervise(cli_globals *g, cli_args *a, int elect)
+{
+    run_opts o;
+    int rc;
+
+    memset(&o, 0, sizeof(o));
+    o.ttl_ms = DEFAULT_TTL_MS;
+    o.cmd_at = -1;
+    o.elect = elect;
+    if ((rc = run_parse(g, a, &o)) || (rc = run_check(a, &o)))
+        return rc < 0 ? EXIT_OK : rc;
+    return cli_run_supervise(g, a, &o);
 }
 
 int cmd_run(cli_globals *g, cli_args *a)

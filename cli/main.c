@@ -1,6 +1,7 @@
 /*
  * main.c - the `lease` command: acquire, renew, release, show, ls, history,
- * fence and help; `run` and `elect` live in cmd_run.c, `leader` in
+ * fence and help; `run` and `elect` live in cmd_run.c, `hold` and `claim`
+ * in cmd_hold.c (their supervision in cmd_run.c), `leader` in
  * cmd_leader.c, `agent` in cmd_agent.c, `--version` in version.c, and what
  * they share (flags, errors, JSON) in util.c and escape.c.
  */
@@ -25,6 +26,10 @@ static const char usage_main[] =
     "  history KEY [--limit N] [--json]\n"
     "  run     KEY [--ttl DUR] [--wait DUR] [--label TEXT] [--grace DUR] [--json]\n"
     "          [--pass-store] -- CMD [ARG...]\n"
+    "  hold    KEY... [--keys-from FILE] [--ttl DUR] [--wait DUR] [--label TEXT]\n"
+    "          [--grace DUR] [--json] [--pass-store] -- CMD [ARG...]\n"
+    "  claim   PREFIX --count K --of N [--ttl DUR] [--label TEXT] [--grace DUR]\n"
+    "          [--json] [--pass-store] -- CMD [ARG...]\n"
     "  fence   RESOURCE TOKEN [--json]\n"
     "  elect   NAME [--ttl DUR] [--wait DUR] [--label TEXT] [--grace DUR] [--json]\n"
     "          [--pass-store] -- CMD [ARG...]\n"
@@ -46,9 +51,9 @@ static const char usage_main[] =
     "\n"
     "secrets: a password in --store URL is hidden from ps once parsed, but other\n"
     "  users may see it before; keep it out of argv with $LEASE_STORE (never\n"
-    "  given to the command of run/elect unless --pass-store), --store-file PATH,\n"
-    "  libpq's ~/.pgpass or $PGPASSFILE for postgres://, or ?password_file=PATH\n"
-    "  (0600) in a redis:// or etcd:// URL.\n"
+    "  given to the command of run/elect/hold/claim unless --pass-store),\n"
+    "  --store-file PATH, libpq's ~/.pgpass or $PGPASSFILE for postgres://, or\n"
+    "  ?password_file=PATH (0600) in a redis:// or etcd:// URL.\n"
     "\n"
     "durations: 250ms, 30s, 5m, 1h, 1m30s\n"
     "exit codes: 0 ok, 1 other failure, 2 usage, 3 busy, 4 lease lost,\n"
@@ -547,7 +552,8 @@ static const command commands[] = {
     { "acquire", cmd_acquire }, { "renew", cmd_renew },
     { "release", cmd_release }, { "show", cmd_show },
     { "ls", cmd_ls },           { "history", cmd_history },
-    { "run", cmd_run },
+    { "run", cmd_run },         { "hold", cmd_hold },
+    { "claim", cmd_claim },
     { "fence", cmd_fence },     { "elect", cmd_elect },
     { "leader", cmd_leader },   { "agent", cmd_agent },
     { "help", cmd_help },

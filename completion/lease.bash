@@ -6,15 +6,15 @@
 #
 # It completes commands, each command's flags, the global flags, the URL
 # schemes of the stores the binary has (from `lease --version`), file names
-# for --store-file, and the KEY of acquire, renew, release, show, history
-# and run from `lease ls` when a store is named on the command line or in
-# $LEASE_STORE. That `ls` is bounded (--timeout 1s, and timeout(1) when
-# there is one), so a store that cannot be reached costs about a second and
-# offers nothing, never a hung prompt.
+# for --store-file and --keys-from, and the KEY of acquire, renew, release,
+# show, history and run (each KEY of hold) from `lease ls` when a store is
+# named on the command line or in $LEASE_STORE. That `ls` is bounded
+# (--timeout 1s, and timeout(1) when there is one), so a store that cannot
+# be reached costs about a second and offers nothing, never a hung prompt.
 
 # The commands and their own flags, as `lease help COMMAND` lists them
 # (tests/docs/docs_completion.sh checks that the two agree).
-_lease_commands="acquire renew release show ls history run fence elect leader agent help"
+_lease_commands="acquire renew release show ls history run hold claim fence elect leader agent help"
 
 _lease_command_flags()
 {
@@ -25,9 +25,20 @@ _lease_command_flags()
         show | ls | fence) echo "--json" ;;
         history) echo "--limit --json" ;;
         run | elect) echo "--ttl --wait --label --grace --json --pass-store" ;;
+        hold) echo "--keys-from --ttl --wait --label --grace --json --pass-store" ;;
+        claim) echo "--count --of --ttl --label --grace --json --pass-store" ;;
         leader) echo "--watch --count --for --json" ;;
         agent) echo "--listen --label --ttl --json --max-connections --max-per-ip --idle-timeout" ;;
     esac
+}
+
+# The commands that run a command given after "--".
+_lease_runs_command()
+{
+    case $1 in
+        run | elect | hold | claim) return 0 ;;
+    esac
+    return 1
 }
 
 # Flags whose value is the next word (unless written --flag=value).
@@ -35,7 +46,7 @@ _lease_takes_value()
 {
     case $1 in
         --store | --store-file | --timeout | --ttl | --owner | --label | --wait | \
-            --token | --limit | --grace | --count | --for | --listen | \
+            --token | --limit | --grace | --count | --for | --listen | --keys-from | --of | \
             --max-connections | --max-per-ip | --idle-timeout) return 0 ;;
     esac
     return 1
@@ -162,7 +173,7 @@ _lease()
             continue
         fi
         case $w in
-            --) [[ $cmd == run || $cmd == elect ]] && dashdash=$i ;;
+            --) _lease_runs_command "$cmd" && dashdash=$i ;;
             --store=* | --store-file=*)
                 store_args=("${w%%=*}" "$(_lease_unquote "${w#*=}")") ;;
             --store | --store-file)
@@ -196,7 +207,7 @@ _lease()
             _lease_complete_store "$value"
             _lease_trim "$value"
             return 0 ;;
-        --store-file)
+        --store-file | --keys-from)
             local IFS=$'\n'
             COMPREPLY=($(compgen -f -- "$(_lease_unquote "$value")"))
             compopt -o filenames 2>/dev/null
@@ -207,7 +218,8 @@ _lease()
             return 0 ;;
     esac
 
-    # After `run KEY [flags] --` or `elect NAME ... --`: the command to run.
+    # After `run KEY [flags] --`, `elect NAME ... --`, `hold KEY... --` or
+    # `claim PREFIX ... --`: the command to run.
     if ((dashdash >= 0)); then
         local IFS=$'\n'
         if ((${#words[@]} - 1 == dashdash + 1)); then
@@ -225,7 +237,7 @@ _lease()
         else
             local flags
             flags="$(_lease_command_flags "$cmd") --store --store-file --timeout --help"
-            [[ $cmd == run || $cmd == elect ]] && flags+=" --"
+            _lease_runs_command "$cmd" && flags+=" --"
             _lease_reply "${flags// /$'\n'}" "$cur"
         fi
         _lease_trim "$cur"
@@ -237,12 +249,12 @@ _lease()
         return 0
     fi
 
-    # The first word after the command that is not a flag.
-    ((npos == 0)) || return 0
+    # The first word after the command that is not a flag (any, for hold).
+    ((npos == 0)) || [[ $cmd == hold ]] || return 0
     case $cmd in
         help)
             _lease_reply "${_lease_commands// /$'\n'}" "$cur" ;;
-        acquire | renew | release | show | history | run)
+        acquire | renew | release | show | history | run | hold)
             if [[ ${#store_args[@]} -gt 0 || -n ${LEASE_STORE:-} ]] && [[ -n $lease ]]; then
                 _lease_reply "$(_lease_keys "$lease" "$(_lease_unquote "$cur")" \
                     ${store_args[@]+"${store_args[@]}"})" "$cur"

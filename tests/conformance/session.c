@@ -21,9 +21,9 @@
 
 /* Short enough for three ttls to pass quickly, long enough for a batch of
  * 500 renewals on a loaded machine (a store may round it up: etcd). A
- * store without renew_many (etcd today) renews one grant per round trip,
- * so a round of 500 takes seconds: it gets a ttl that fits that in a
- * third, which is what its users must give it too (docs/sessions.md). */
+ * store without renew_many (none of the built-in ones) renews one grant
+ * per round trip, so a round of 500 takes seconds: it gets a ttl that fits
+ * that in a third, which is what its users must give it too. */
 #define TTL_BATCH_MS 1500
 #define TTL_ONE_BY_ONE_MS 6000
 static uint64_t TTL_MS;

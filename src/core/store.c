@@ -338,6 +338,13 @@ int lease_store_set_timeout(lease_store *s, uint64_t timeout_ms)
     if (timeout_ms == 0 || timeout_ms > LEASE__WAIT_MAX_MS)
         return lease__seterr(LEASE_EINVALID,
                              "timeout must be between 1 ms and 24 h");
+    /* Unchanged: nothing to tell the store. A keeper or a session sets the
+     * bound before every renewal, and a store may pay a round trip for it
+     * (PostgreSQL's statement_timeout), which would double each renewal.
+     * The store applied the value when it was set, and again at each
+     * reconnection. */
+    if (timeout_ms == s->timeout_ms)
+        return 0;
     s->timeout_ms = timeout_ms;
     return s->backend->set_timeout ? s->backend->set_timeout(s, timeout_ms) : 0;
 }

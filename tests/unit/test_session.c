@@ -53,7 +53,7 @@ static struct {
     int silent;                     /* renew_many: 0, results unwritten */
     size_t batch_max_seen;
     int many_calls, renew_calls, release_calls, history_lost_calls;
-    int acquire_calls, fail_calls, share_calls;
+    int acquire_calls, fail_calls, share_calls, set_timeout_calls;
     uint64_t acquire_timeout_ms;    /* the handle's bound at the last acquire */
     uint64_t share_ttl_ms;
 } fake;
@@ -251,6 +251,16 @@ static int fake_history_lost(lease_store *s, const char *key, const char *owner,
     return 0;
 }
 
+static int fake_set_timeout(lease_store *s, uint64_t timeout_ms)
+{
+    (void)s;
+    (void)timeout_ms;
+    pthread_mutex_lock(&mu);
+    fake.set_timeout_calls++;
+    pthread_mutex_unlock(&mu);
+    return 0;
+}
+
 static int fake_share(lease_store *s, uint64_t ttl_ms)
 {
     (void)s;
@@ -272,7 +282,7 @@ static const char *const shared_schemes[] = { "fakeshared", NULL };
     .list = fake_list, .fence_advance = fake_fence_advance,                     \
     .fence_mark = fake_fence_mark, .guarded_put = fake_guarded_put,             \
     .data_get = fake_data_get, .history = fake_history,                         \
-    .history_lost = fake_history_lost
+    .history_lost = fake_history_lost, .set_timeout = fake_set_timeout
 
 static const lease_backend many_backend = {
     .version = 2, .name = "fakesess", .schemes = many_schemes,
@@ -1025,6 +1035,35 @@ static void test_release_waits_for_callback(void **state)
     assert_int_equal(lease_session_close(rel_session, 1), 0);
 }
 
+/* A timeout set again unchanged is not passed to the store (PostgreSQL pays
+ * a round trip for it): rounds of a steady session send none. */
+static void test_unchanged_timeout_not_sent(void **state)
+{
+    static const char *const keys[] = { "u0" };
+    lease_store *st = NULL;
+    lease_session *s;
+    int before;
+
+    (void)state;
+    assert_int_equal(lease_store_open(&st, "fakesess:x"), 0);
+    before = fake_get(&fake.set_timeout_calls);
+    assert_int_equal(lease_store_set_timeout(st, 777), 0);
+    assert_int_equal(lease_store_set_timeout(st, 777), 0);
+    assert_int_equal(fake_get(&fake.set_timeout_calls), before + 1);
+    assert_int_equal(lease_store_set_timeout(st, 778), 0);
+    assert_int_equal(fake_get(&fake.set_timeout_calls), before + 2);
+    lease_store_close(st);
+
+    s = open_session("fakesess:x", 0, 0);
+    take(s, "u0", NULL);
+    assert_true(wait_renewed(keys, 1, 2));
+    before = fake_get(&fake.set_timeout_calls);
+    assert_true(wait_renewed(keys, 1, 5));
+    /* Three more rounds, at the same bound: nothing sent. */
+    assert_int_equal(fake_get(&fake.set_timeout_calls), before);
+    assert_int_equal(lease_session_close(s, 1), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1045,6 +1084,7 @@ int main(void)
         cmocka_unit_test_setup(test_caller_bounded_by_deadline, setup),
         cmocka_unit_test_setup(test_shared_lease_one_batch, setup),
         cmocka_unit_test_setup(test_release_waits_for_callback, setup),
+        cmocka_unit_test_setup(test_unchanged_timeout_not_sent, setup),
     };
 
     if (lease_backend_register(&many_backend) < 0 ||

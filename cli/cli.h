@@ -54,6 +54,9 @@ int cli_parse_global(cli_globals *g, cli_args *a, const char *arg, int *rc);
  * process's own environment block (/proc/PID/environ, readable by a
  * child of `lease run`), as --store's are hidden in argv. */
 int cli_take_env_store(cli_globals *g);
+/* Overwrite in place the secrets of a store URL given in argv (its
+ * password, secret query parameters), so that ps shows "***". */
+void cli_hide_url_secrets(char *arg);
 /* With `arg` the current flag: its value (from "=" or the next word). */
 const char *cli_value(cli_args *a, const char *arg, int *rc);
 int cli_flag_is(const char *arg, const char *name);
@@ -113,5 +116,21 @@ int cmd_claim(cli_globals *g, cli_args *a);
 int cmd_elect(cli_globals *g, cli_args *a);
 int cmd_leader(cli_globals *g, cli_args *a);
 int cmd_agent(cli_globals *g, cli_args *a);
+/* fence-sql and fence-install (cmd_fence_kit.c). */
+int cmd_fence_sql(cli_globals *g, cli_args *a);
+int cmd_fence_install(cli_globals *g, cli_args *a);
+
+/* Room for a redis URL as fence_install_redis shows it: no password. */
+#define FENCE_URL_SHOWN_MAX 400
+/*
+ * Loads the fencing library (resource/redis/lease_fence.lua, or the file
+ * lua_path when not NULL) into the Redis server at url with FUNCTION LOAD
+ * REPLACE (fence_install.c, built only with the Redis store). On success
+ * 0 and, in shown, the server's URL without its password; else a negative
+ * LEASE_E* code (EINVALID: the URL or the file; ESTORE: the server failed
+ * or refused) and a message in err that never carries the password.
+ */
+int fence_install_redis(const char *url, const char *lua_path, char *shown,
+                        size_t shownsz, char *err, size_t errsz);
 
 #endif

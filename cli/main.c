@@ -2,7 +2,8 @@
  * main.c - the `lease` command: acquire, renew, release, show, ls, history,
  * fence and help; `run` and `elect` live in cmd_run.c, `hold` and `claim`
  * in cmd_hold.c (their supervision in cmd_run.c), `leader` in
- * cmd_leader.c, `agent` in cmd_agent.c, `--version` in version.c, and what
+ * cmd_leader.c, `agent` in cmd_agent.c, `fence-sql` and `fence-install` in
+ * cmd_fence_kit.c, `--version` in version.c, and what
  * they share (flags, errors, JSON) in util.c and escape.c.
  */
 #include <stdio.h>
@@ -31,6 +32,8 @@ static const char usage_main[] =
     "  claim   PREFIX --count K --of N [--ttl DUR] [--label TEXT] [--grace DUR]\n"
     "          [--json] [--pass-store] -- CMD [ARG...]\n"
     "  fence   RESOURCE TOKEN [--json]\n"
+    "  fence-sql postgres|sqlite   the SQL of a database's fencing kit\n"
+    "  fence-install [URL] [--from FILE] [--json]   the Redis fencing library\n"
     "  elect   NAME [--ttl DUR] [--wait DUR] [--label TEXT] [--grace DUR] [--json]\n"
     "          [--pass-store] -- CMD [ARG...]\n"
     "  leader  NAME [--watch] [--count N] [--for DUR] [--json]\n"
@@ -554,7 +557,9 @@ static const command commands[] = {
     { "ls", cmd_ls },           { "history", cmd_history },
     { "run", cmd_run },         { "hold", cmd_hold },
     { "claim", cmd_claim },
-    { "fence", cmd_fence },     { "elect", cmd_elect },
+    { "fence", cmd_fence },     { "fence-sql", cmd_fence_sql },
+    { "fence-install", cmd_fence_install },
+    { "elect", cmd_elect },
     { "leader", cmd_leader },   { "agent", cmd_agent },
     { "help", cmd_help },
 };

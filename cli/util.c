@@ -194,7 +194,7 @@ static char *store_arg_put(char *o, const char *from, const char *to, int secret
  * reads it, ends at the LAST '@') and the value of every query parameter
  * whose name says it is a secret. Bytes left over become NULs.
  */
-static void store_arg_redact(char *arg)
+void cli_hide_url_secrets(char *arg)
 {
     size_t len = strlen(arg);
     char *out = malloc(len + 1), *o;
@@ -271,7 +271,7 @@ int cli_take_env_store(cli_globals *g)
     g->store_url = cli_store_url_copy;
     g->store_from_env = 1;
     /* getenv's bytes are the environment block itself: writable. */
-    store_arg_redact(env);
+    cli_hide_url_secrets(env);
     return 0;
 }
 
@@ -322,7 +322,7 @@ int cli_parse_global(cli_globals *g, cli_args *a, const char *arg, int *rc)
             return 1;
         }
         if ((*rc = store_url_set(g, a, v, 0)) == 0)
-            store_arg_redact((char *)v); /* argv's own bytes: writable */
+            cli_hide_url_secrets((char *)v); /* argv's own bytes: writable */
         return 1;
     }
     if (cli_flag_is(arg, "--store-file")) {

@@ -6,15 +6,17 @@
 #
 # It completes commands, each command's flags, the global flags, the URL
 # schemes of the stores the binary has (from `lease --version`), file names
-# for --store-file and --keys-from, and the KEY of acquire, renew, release,
-# show, history and run (each KEY of hold) from `lease ls` when a store is
-# named on the command line or in $LEASE_STORE. That `ls` is bounded
+# for --store-file, --keys-from and --from, the kind of fence-sql, and the
+# KEY of acquire, renew, release, show, history and run (each KEY of hold)
+# from `lease ls` when a store is named on the command line or in
+# $LEASE_STORE. That `ls` is bounded
 # (--timeout 1s, and timeout(1) when there is one), so a store that cannot
 # be reached costs about a second and offers nothing, never a hung prompt.
 
 # The commands and their own flags, as `lease help COMMAND` lists them
 # (tests/docs/docs_completion.sh checks that the two agree).
-_lease_commands="acquire renew release show ls history run hold claim fence elect leader agent help"
+_lease_commands="acquire renew release show ls history run hold claim fence fence-sql \
+fence-install elect leader agent help"
 
 _lease_command_flags()
 {
@@ -27,6 +29,7 @@ _lease_command_flags()
         run | elect) echo "--ttl --wait --label --grace --json --pass-store" ;;
         hold) echo "--keys-from --ttl --wait --label --grace --json --pass-store" ;;
         claim) echo "--count --of --ttl --label --grace --json --pass-store" ;;
+        fence-install) echo "--from --json" ;;
         leader) echo "--watch --count --for --json" ;;
         agent) echo "--listen --label --ttl --json --max-connections --max-per-ip --idle-timeout" ;;
     esac
@@ -47,7 +50,7 @@ _lease_takes_value()
     case $1 in
         --store | --store-file | --timeout | --ttl | --owner | --label | --wait | \
             --token | --limit | --grace | --count | --for | --listen | --keys-from | --of | \
-            --max-connections | --max-per-ip | --idle-timeout) return 0 ;;
+            --max-connections | --max-per-ip | --idle-timeout | --from) return 0 ;;
     esac
     return 1
 }
@@ -207,7 +210,7 @@ _lease()
             _lease_complete_store "$value"
             _lease_trim "$value"
             return 0 ;;
-        --store-file | --keys-from)
+        --store-file | --keys-from | --from)
             local IFS=$'\n'
             COMPREPLY=($(compgen -f -- "$(_lease_unquote "$value")"))
             compopt -o filenames 2>/dev/null
@@ -254,6 +257,15 @@ _lease()
     case $cmd in
         help)
             _lease_reply "${_lease_commands// /$'\n'}" "$cur" ;;
+        fence-sql)
+            _lease_reply $'postgres\nsqlite' "$cur" ;;
+        fence-install)
+            # The scheme of its URL, when this lease has the Redis store.
+            if [[ " $(_lease_schemes "$lease") " == *" redis://"* ]]; then
+                _lease_reply "redis://" "$cur"
+                compopt -o nospace 2>/dev/null
+                _lease_trim "$cur"
+            fi ;;
         acquire | renew | release | show | history | run | hold)
             if [[ ${#store_args[@]} -gt 0 || -n ${LEASE_STORE:-} ]] && [[ -n $lease ]]; then
                 _lease_reply "$(_lease_keys "$lease" "$(_lease_unquote "$cur")" \

@@ -90,6 +90,45 @@ int64_t lease_advisory_key(const char *key);
 int lease_advisory_txn(lease_store *store, const char *key, int try_only,
                        lease_txn_cb cb, void *payload);
 
+/*
+ * The fencing check inside a service that keeps its own state: the marks
+ * live in the process (and, given a path, in a file of the service), not in
+ * a lease store, so the check and the write it guards can share one lock.
+ *
+ * lease_fence_local_open: with path NULL the marks are in memory only (they
+ * start over when the process does: only for state that does too). With a
+ * path they are loaded from that file (absent: no marks yet), and every
+ * advance is written to it and fsync'ed before the check returns (a temp
+ * file renamed over it, then the directory fsync'ed). The file is locked
+ * for the handle's life (flock on "<path>.lock", made beside it):
+ * LEASE_EBUSY if another handle or process has it.
+ * A file that is cut short or altered is LEASE_ESTORE, never an empty set
+ * of marks. Free the handle with lease_fence_local_close().
+ */
+typedef struct lease_fence_local lease_fence_local;
+
+int lease_fence_local_open(lease_fence_local **out, const char *path);
+
+/*
+ * Accept `token` for `resource` (the rules of a key) when it is at least
+ * the resource's mark, raising the mark to it; equality is accepted. A
+ * resource without a mark accepts any token. LEASE_ESTALE, changing
+ * nothing, when token < mark. LEASE_ESTORE when the advance could not be
+ * written: the write must not go ahead (the mark stays raised in memory,
+ * and the next accepted check writes it again). *mark (if not NULL)
+ * receives the mark after the call. token must be 1 .. 2^63-1. Safe from
+ * any thread; checks of one handle are serialized.
+ */
+int lease_fence_local_check(uint64_t *mark, lease_fence_local *f,
+                            const char *resource, uint64_t token);
+
+/* Read a resource's mark. LEASE_ENOTFOUND if it has none. Any thread. */
+int lease_fence_local_mark(uint64_t *mark, lease_fence_local *f,
+                           const char *resource);
+
+/* Close the handle and drop the file's lock. NULL is allowed. */
+void lease_fence_local_close(lease_fence_local *f);
+
 #ifdef __cplusplus
 }
 #endif

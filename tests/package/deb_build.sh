@@ -172,6 +172,12 @@ while IFS= read -r h; do
 done < <(find "$PKG/include" -name '*.h' | sort)
 
 has lease usr/bin/lease "the tool"
+# The resource-side kits (docs/fencing.md): the SQL and the Redis library,
+# the SQLite extension for `.load`, and its static library for linking.
+has lease usr/share/lease/fence.sql "the PostgreSQL fencing kit"
+has lease usr/share/lease/lease_fence.lua "the Redis fencing library"
+has lease "$LIBDIR/liblease_sqlite_fence.so" "the SQLite fencing extension"
+has liblease-dev "$LIBDIR/liblease_sqlite_fence_static.a" "the SQLite fencing kit to link"
 has lease usr/share/man/man1/lease.1 "lease(1)"
 has lease usr/share/man/man7/lease-stores.7 "lease-stores(7)"
 has lease usr/share/bash-completion/completions/lease "the bash completion"

@@ -1,0 +1,205 @@
+/*
+ * cmd_fence_kit.c - the resource-side fencing kits from the command line
+ * (docs/fencing.md): `lease fence-sql postgres|sqlite` prints the SQL a
+ * protected database needs, `lease fence-install [URL]` loads the Redis
+ * Functions library into a Redis server (fence_install.c).
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "cli.h"
+#include "escape.h"
+#include "fence_sql.h" /* generated from resource/postgres/fence.sql, byte for byte */
+
+static const char usage_fence_sql[] =
+    "usage: lease fence-sql postgres|sqlite\n"
+    "\n"
+    "Print the SQL of a resource-side fencing kit on stdout, for the database\n"
+    "that holds the protected data: postgres prints fence.sql (the table\n"
+    "lease_fence and the function lease_fence_check), to pipe into psql;\n"
+    "sqlite prints the table that lease_fence() of the liblease_sqlite_fence\n"
+    "extension keeps its marks in, and how to use it.\n"
+    "  lease fence-sql postgres | psql \"$APP_DB\" -v ON_ERROR_STOP=1\n"
+    "exit: 0, or 2 if the kind is neither postgres nor sqlite\n";
+
+static const char usage_fence_install[] =
+    "usage: lease fence-install [URL] [--from FILE] [--json]\n"
+    "\n"
+    "Load the fencing library lease_fence (FCALL lease_fence_set, ...) into the\n"
+    "Redis server at URL with FUNCTION LOAD REPLACE (Redis 7.0 or later).\n"
+    "URL: redis://[user:password@]host:port[/db][?password_file=PATH], the lease\n"
+    "store's URL forms; default: the store URL (--store, --store-file or\n"
+    "$LEASE_STORE) when it is a redis:// one. A password in URL is hidden from\n"
+    "ps once parsed.\n"
+    "  --from FILE    load FILE instead of the copy built into lease\n"
+    "  --json         print {installed, library}\n"
+    "exit: 0 installed, 1 other failure (or built without Redis support),\n"
+    "2 usage, 6 the server failed or refused\n";
+
+/* The table lease_fence() creates on its first call (resource/sqlite/
+ * lease_sqlite_fence.c), for a schema made ahead of time, and the how-to:
+ * comments, so that the whole text loads in sqlite3 as it is. */
+static const char fence_sql_sqlite[] =
+    "-- The SQLite fencing kit: lease_fence(resource, token), from the loadable\n"
+    "-- extension liblease_sqlite_fence (or lease_sqlite_fence_register() in C).\n"
+    "-- It keeps the greatest token each resource has accepted (its mark) in\n"
+    "-- this table of the main database, and creates the table on its first\n"
+    "-- call if it is missing.\n"
+    "--\n"
+    "-- Use: in each connection that writes the protected data,\n"
+    "--\n"
+    "--     .load liblease_sqlite_fence\n"
+    "--     BEGIN IMMEDIATE;\n"
+    "--     SELECT lease_fence('resource', 42);   -- 42: the lease's token\n"
+    "--     UPDATE ...;                           -- the protected write\n"
+    "--     COMMIT;\n"
+    "--\n"
+    "-- A token smaller than the mark fails the statement (\"stale fencing\n"
+    "-- token\"): roll back. See docs/fencing.md.\n"
+    "CREATE TABLE IF NOT EXISTS main.lease_fence (\n"
+    "    resource TEXT PRIMARY KEY,\n"
+    "    mark INTEGER NOT NULL CHECK (mark > 0)\n"
+    ");\n";
+
+int cmd_fence_sql(cli_globals *g, cli_args *a)
+{
+    const char *kind = NULL;
+    int rc = 0;
+
+    for (a->i = 0; a->i < a->argc; a->i++) {
+        const char *arg = a->argv[a->i];
+
+        if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) {
+            fputs(usage_fence_sql, stdout);
+            return EXIT_OK;
+        }
+        /* Accepted as after every command, though no store is opened. */
+        if (cli_parse_global(g, a, arg, &rc)) {
+            if (rc)
+                return rc;
+            continue;
+        }
+        if ((rc = cli_positional(a, arg, &kind, NULL)))
+            return rc;
+    }
+    if (kind == NULL)
+        return cli_usage(a->cmd, "missing the kind: postgres or sqlite");
+    if (strcmp(kind, "postgres") == 0) {
+        /* fwrite, not fputs: the file's bytes exactly, its length known. */
+        fwrite(lease_fence_sql_postgres, 1, sizeof(lease_fence_sql_postgres), stdout);
+    } else if (strcmp(kind, "sqlite") == 0) {
+        fputs(fence_sql_sqlite, stdout);
+    } else {
+        return cli_usage(a->cmd, "unknown kind '%s': postgres or sqlite", kind);
+    }
+    /* A pipe into psql that closed early must not pass for success. */
+    if (fflush(stdout) != 0 || ferror(stdout)) {
+        fprintf(stderr, "lease fence-sql: cannot write the SQL: %s\n", strerror(errno));
+        return EXIT_FAIL;
+    }
+    return EXIT_OK;
+}
+
+static int is_redis_url(const char *url)
+{
+    return url != NULL && (strncasecmp(url, "redis://", 8) == 0 ||
+                           strncasecmp(url, "rediss://", 9) == 0);
+}
+
+static int no_memory(void)
+{
+    fputs("lease fence-install: out of memory\n", stderr);
+    return EXIT_FAIL;
+}
+
+typedef struct {
+    char *url;        /* a copy: argv's bytes are redacted */
+    const char *from; /* --from FILE, or NULL: the built-in copy */
+} fence_install_opts;
+
+static int fence_install_parse(cli_globals *g, cli_args *a, fence_install_opts *o)
+{
+    int rc = 0;
+
+    for (a->i = 0; a->i < a->argc; a->i++) {
+        char *arg = a->argv[a->i];
+
+        if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) {
+            fputs(usage_fence_install, stdout);
+            return -1;
+        }
+        if (cli_parse_global(g, a, arg, &rc)) {
+            if (rc)
+                return rc;
+            continue;
+        }
+        if (cli_flag_is(arg, "--from")) {
+            if ((o->from = cli_value(a, arg, &rc)) == NULL)
+                return rc;
+            if (*o->from == '\0')
+                return cli_usage(a->cmd, "--from needs a file name");
+            continue;
+        }
+        if (arg[0] == '-' && arg[1] != '\0')
+            return cli_usage(a->cmd, "unknown option '%s'", arg);
+        /* A second URL is refused without being quoted: it may hold a
+         * password too, hidden here before anything can print it. */
+        if (o->url != NULL) {
+            cli_hide_url_secrets(arg);
+            return cli_usage(a->cmd, "takes one URL");
+        }
+        if ((o->url = strdup(arg)) == NULL)
+            return no_memory();
+        cli_hide_url_secrets(arg);
+    }
+    if (o->url == NULL && is_redis_url(g->store_url) &&
+        (o->url = strdup(g->store_url)) == NULL)
+        return no_memory();
+    if (o->url == NULL)
+        return cli_usage(a->cmd, "no redis URL: give one, or a redis:// --store");
+    return 0;
+}
+
+/* The URL copy may hold a password: wiped before it is freed. */
+static void url_copy_free(char *url)
+{
+    if (url != NULL) {
+        memset(url, 0, strlen(url));
+        free(url);
+    }
+}
+
+int cmd_fence_install(cli_globals *g, cli_args *a)
+{
+    fence_install_opts o = { NULL, NULL };
+    int rc = fence_install_parse(g, a, &o);
+
+    if (rc == 0) {
+#ifdef LEASE_CLI_FENCE_REDIS
+        char shown[FENCE_URL_SHOWN_MAX], err[512];
+
+        rc = fence_install_redis(o.url, o.from, shown, sizeof(shown), err, sizeof(err));
+        if (rc < 0) {
+            /* Never the URL as given: the messages name it redacted. */
+            fputs("lease fence-install: ", stderr);
+            cli_put_text(stderr, err);
+            fputc('\n', stderr);
+            rc = cli_exit_code(rc);
+        } else if (g->json) {
+            cli_print_json(json_pack("{s:b, s:s}", "installed", 1, "library", "lease_fence"));
+        } else {
+            fputs("installed lease_fence into ", stdout);
+            cli_put_text(stdout, shown);
+            putchar('\n');
+        }
+#else
+        fputs("lease fence-install: this lease was built without Redis support\n", stderr);
+        rc = EXIT_FAIL;
+#endif
+    }
+    url_copy_free(o.url);
+    return rc < 0 ? EXIT_OK : rc;
+}

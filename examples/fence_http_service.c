@@ -14,6 +14,9 @@
  *
  * The mark is kept per lease key: tokens of one key are one sequence, and
  * every NAME written under a key is protected by that key's generations.
+ * A NAME belongs to the key that first wrote it: a write to it under
+ * another key is refused with 409 (else a stale holder could write under
+ * a fresh key, whose mark is still empty).
  * A client under `lease run KEY` writes with
  *   curl -X PUT -H "Lease-Key: $LEASE_KEY" -H "Lease-Token: $LEASE_TOKEN" \
  *        --data-binary @file http://127.0.0.1:PORT/data/NAME
@@ -43,6 +46,7 @@
 typedef struct item {
     struct item *next;
     char name[NAME_MAX_LEN + 1];
+    char key[LEASE_KEY_MAX + 1];  /* the lease key that fences it */
     char *value;
     size_t len;
     uint64_t token;
@@ -102,7 +106,8 @@ static item *find(const char *name)
     return NULL;
 }
 
-static int store_value(const char *name, const upload *u, uint64_t token)
+static int store_value(const char *name, const char *key, const upload *u,
+                       uint64_t token)
 {
     item *it = find(name);
     char *copy = malloc(u->len + 1);
@@ -117,6 +122,7 @@ static int store_value(const char *name, const upload *u, uint64_t token)
             return -1;
         }
         snprintf(it->name, sizeof(it->name), "%s", name);
+        snprintf(it->key, sizeof(it->key), "%s", key);
         it->next = items;
         items = it;
     }
@@ -132,6 +138,7 @@ static enum MHD_Result handle_put(struct MHD_Connection *c, const char *name, up
     const char *key = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Lease-Key");
     const char *tok = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Lease-Token");
     uint64_t token, mark = 0;
+    item *it;
     int rc;
 
     if (u->too_big)
@@ -142,8 +149,12 @@ static enum MHD_Result handle_put(struct MHD_Connection *c, const char *name, up
         return reply(c, MHD_HTTP_BAD_REQUEST,
                      "missing or bad Lease-Token header: 1 .. 2^63-1\n");
     pthread_mutex_lock(&write_mu);
+    if ((it = find(name)) != NULL && strcmp(it->key, key) != 0) {
+        pthread_mutex_unlock(&write_mu);
+        return reply(c, MHD_HTTP_CONFLICT, "%s is fenced by another lease key\n", name);
+    }
     rc = lease_fence_local_check(&mark, fence, key, token);
-    if (rc == 0 && store_value(name, u, token) < 0)
+    if (rc == 0 && store_value(name, key, u, token) < 0)
         rc = LEASE_ENOMEM;
     pthread_mutex_unlock(&write_mu);
     if (rc == LEASE_ESTALE)

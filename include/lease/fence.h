@@ -97,13 +97,14 @@ int lease_advisory_txn(lease_store *store, const char *key, int try_only,
  *
  * lease_fence_local_open: with path NULL the marks are in memory only (they
  * start over when the process does: only for state that does too). With a
- * path they are loaded from that file (absent: no marks yet), and every
- * advance is written to it and fsync'ed before the check returns (a temp
- * file renamed over it, then the directory fsync'ed). The file is locked
- * for the handle's life (flock on "<path>.lock", made beside it):
- * LEASE_EBUSY if another handle or process has it.
- * A file that is cut short or altered is LEASE_ESTORE, never an empty set
- * of marks. Free the handle with lease_fence_local_close().
+ * path they are loaded from that file, and every advance is written to it
+ * and fsync'ed before the check returns (a temp file renamed over it, then
+ * the directory fsync'ed). The file is locked for the handle's life (flock
+ * on "<path>.lock", made beside it at the first open, which also writes an
+ * empty file of marks): LEASE_EBUSY if another handle or process has it.
+ * A file that is cut short or altered, or missing while its lock file is
+ * there (deleted, a volume not mounted), is LEASE_ESTORE, never an empty
+ * set of marks. Free the handle with lease_fence_local_close().
  */
 typedef struct lease_fence_local lease_fence_local;
 

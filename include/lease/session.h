@@ -124,8 +124,10 @@ const lease_grant *lease_held_grant(const lease_held *held);
 
 /*
  * Stop keeping `held` and release it in the store if it is still held;
- * frees it. 0, LEASE_ELOST (it was lost: nothing released) or
- * LEASE_ESTORE (the release failed; the lease runs out by itself).
+ * frees it. 0, LEASE_ELOST (it was lost) or LEASE_ESTORE (the release
+ * failed; the lease runs out by itself). A grant lost for want of an
+ * answer (not refused by the store) is released too, guarded by its owner
+ * and token, since the store may still hold it; it answers LEASE_ELOST.
  */
 int lease_session_release(lease_session *session, lease_held *held);
 

@@ -6,9 +6,13 @@
 --     psql "$APP_DATABASE_URL" -v ON_ERROR_STOP=1 -f /usr/share/lease/fence.sql
 --
 -- It may be run again: every statement is CREATE ... IF NOT EXISTS or
--- CREATE OR REPLACE. The objects go into the first schema of the session's
--- search_path, and the function keeps that search_path, so that a caller's
--- own search_path can neither hide its table nor substitute another.
+-- CREATE OR REPLACE, in one transaction. The objects go into the first
+-- schema of the session's search_path (current_schema()), and the function
+-- runs with that schema alone, then pg_temp: neither a caller's
+-- search_path nor a temporary table named lease_fence (pg_temp comes
+-- first unless named) can stand in for its table. Call it qualified,
+-- SCHEMA.lease_fence_check(...), when other roles may create functions in
+-- a schema on your search_path.
 --
 -- Use: the first statement of the application's own write transaction,
 --
@@ -28,6 +32,8 @@
 --   LF001  stale fencing token: token < the resource's mark (DETAIL says both)
 --   LF002  bad argument: NULL, token <= 0, resource empty or over 1024 bytes
 
+BEGIN;
+
 -- One row per protected resource: the greatest token it has accepted.
 CREATE TABLE IF NOT EXISTS lease_fence (
     resource   text PRIMARY KEY,
@@ -42,7 +48,6 @@ VOLATILE
 -- Not STRICT: a NULL argument must raise LF002, not return NULL (a caller
 -- testing nothing would write unfenced).
 CALLED ON NULL INPUT
-SET search_path FROM CURRENT
 AS $fn$
 #variable_conflict use_column
 DECLARE
@@ -88,3 +93,14 @@ BEGIN
               HINT = 'a newer lease holder has written to this resource; roll back';
 END
 $fn$;
+
+-- The schema the table was created in, then pg_temp (named, so that it is
+-- searched last): the function's table is always this one.
+DO $pin$
+BEGIN
+    EXECUTE format('ALTER FUNCTION %I.lease_fence_check(text, bigint) '
+                   'SET search_path = %I, pg_temp', current_schema(), current_schema());
+END
+$pin$;
+
+COMMIT;

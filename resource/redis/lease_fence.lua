@@ -10,6 +10,9 @@
 --   token >= the mark at MARK_KEY (none counts as 0; equality is accepted):
 --   the mark becomes TOKEN, DATA_KEY is SET to VALUE, reply OK.
 --   Otherwise the error "STALE token T < mark M" and nothing changes.
+--   A DATA_KEY that exists while MARK_KEY does not is refused ("ERR mark
+--   missing"): keep mark keys without a TTL, under a maxmemory-policy
+--   that does not evict them (noeviction or volatile-*).
 -- FCALL lease_fence_check 1 MARK_KEY TOKEN
 --   the same check and advance, without a write: reply the mark (TOKEN).
 -- FCALL_RO lease_fence_mark 1 MARK_KEY
@@ -22,10 +25,15 @@
 -- e.g. {tenant-42}:mark and {tenant-42}:data.
 
 -- Decimal strings compare as numbers by length, then bytes: exact for
--- every 64-bit token, where Lua's numbers would round above 2^53.
+-- every 64-bit token, where Lua's numbers would round above 2^53. Byte by
+-- byte, not with >=, which follows the server's collation locale.
 local function ge(a, b)
   if #a ~= #b then return #a > #b end
-  return a >= b
+  for i = 1, #a do
+    local x, y = string.byte(a, i), string.byte(b, i)
+    if x ~= y then return x > y end
+  end
+  return true
 end
 
 -- 1 .. 9223372036854775807 written in decimal, without sign or leading 0.
@@ -61,9 +69,21 @@ local function advance(mark_key, token)
   return nil
 end
 
+-- The data written without a mark (evicted, expired, deleted, lost in a
+-- failover) would let any token in: refuse until a mark is installed
+-- again (lease_fence_check with the current holder's token).
 local function fence_set(keys, args)
   local bad = usage(keys, args, 2, 2, 'lease_fence_set 2 MARK DATA TOKEN VALUE')
-    or advance(keys[1], args[1])
+  if bad then return bad end
+  if keys[1] == keys[2] then
+    return redis.error_reply('ERR the mark key and the data key must differ')
+  end
+  if redis.call('EXISTS', keys[1]) == 0 and redis.call('EXISTS', keys[2]) == 1 then
+    return redis.error_reply('ERR mark missing: the data key exists but the mark key ' ..
+                             'has no mark (evicted, expired or deleted?); install one ' ..
+                             'with lease_fence_check')
+  end
+  bad = advance(keys[1], args[1])
   if bad then return bad end
   redis.call('SET', keys[2], args[2])
   return redis.status_reply('OK')

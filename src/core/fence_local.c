@@ -305,7 +305,7 @@ static int fence_attach(lease_fence_local *f, const char *path)
     const char *slash = strrchr(path, '/');
     char *dir, *text, *lock;
     size_t len;
-    int rc;
+    int rc, first;
 
     dir = slash ? strndup(path, slash == path ? 1 : (size_t)(slash - path)) : strdup(".");
     f->path = strdup(path);
@@ -332,7 +332,13 @@ static int fence_attach(lease_fence_local *f, const char *path)
         return lease__seterr(LEASE_EINVALID, "fence marks '%.200s': its directory: %s",
                              path, strerror(errno));
     }
-    f->lock_fd = openat(f->dir_fd, lock, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+    /* Made here, once: a lock file without its marks file means the marks
+     * were lost (deleted, or a volume not mounted), not a first use. */
+    f->lock_fd = openat(f->dir_fd, lock, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW,
+                        0600);
+    first = f->lock_fd >= 0;
+    if (f->lock_fd < 0 && errno == EEXIST)
+        f->lock_fd = openat(f->dir_fd, lock, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
     free(lock);
     if (f->lock_fd < 0)
         return lease__seterr(LEASE_ESTORE, "fence marks '%.200s': lock file: %s", path,
@@ -342,8 +348,18 @@ static int fence_attach(lease_fence_local *f, const char *path)
                              "fence marks '%.200s' are in use by another process%s%s",
                              path, errno == EWOULDBLOCK ? "" : ": ",
                              errno == EWOULDBLOCK ? "" : strerror(errno));
-    if ((rc = file_read(&text, &len, f)) < 0 || text == NULL)
+    if ((rc = file_read(&text, &len, f)) < 0)
         return rc;
+    if (text == NULL && !first)
+        return lease__seterr(LEASE_ESTORE, "fence marks '%.200s' are missing but their "
+                             "lock file is there: the marks were lost, so nothing is "
+                             "accepted; remove '%.200s.lock' to start over knowingly",
+                             path, path);
+    if (text == NULL) {
+        /* First use: an empty set of marks, on disk before any check. */
+        f->dirty = 1;
+        return file_save(f);
+    }
     rc = file_parse(f, text, len);
     free(text);
     return rc;

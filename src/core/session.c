@@ -279,17 +279,22 @@ static void call_end(lease_session *s)
 /* Under mu: the bound on a caller's store call. The thread cannot renew
  * while a caller holds the mutex, so a call that hangs must give the
  * mutex back while the earliest deadline still leaves the thread time to
- * renew: at most half of what is left, at most the handle's timeout. */
+ * renew: at most half of what is left, at most the handle's timeout. Not
+ * below a quarter of the renewal period, though: one grant whose renewals
+ * keep failing (its deadline near) must not make every caller's call time
+ * out at once; a round trip that short costs the others little. */
 static uint64_t caller_timeout(const lease_session *s)
 {
+    uint64_t bound = s->call_timeout_ms, floor = s->every_ms / 4 ? s->every_ms / 4 : 1;
     int64_t left;
-    uint64_t half;
 
-    if (s->first_ns == INT64_MAX)
-        return s->call_timeout_ms;
-    left = s->first_ns - lease_clock_ns();
-    half = left > 2000000 ? (uint64_t)(left / 2000000) : 1;
-    return half < s->call_timeout_ms ? half : s->call_timeout_ms;
+    if (s->first_ns != INT64_MAX) {
+        left = s->first_ns - lease_clock_ns();
+        bound = left > 2000000 ? (uint64_t)(left / 2000000) : 1;
+        if (bound < floor)
+            bound = floor;
+    }
+    return bound < s->call_timeout_ms ? bound : s->call_timeout_ms;
 }
 
 /* ---- the thread ---- */
@@ -1092,14 +1097,26 @@ const lease_grant *lease_held_grant(const lease_held *h)
 
 /* ---- releasing ---- */
 
-/* Under mu, `h` already out of the index: a lost grant costs no call. */
+/*
+ * Under mu, `h` already out of the index. A grant the store refused costs
+ * no call. A grant lost for want of an answer (its deadline passed, or
+ * step_down) may still be the key's lease in the store, and on etcd the
+ * session's shared lease would keep it alive: it is released too, guarded
+ * by its owner and token as every release (a no-op if another owner has
+ * the key by now). Either way a lost grant answers LEASE_ELOST.
+ */
 static int release_one(lease_session *s, lease_held *h)
 {
-    if (atomic_load(&h->state) != LEASE_KEEPER_HELD)
-        return lease__seterr(LEASE_ELOST, "'%s' was lost: nothing to release",
-                             h->grant.key);
-    lease_store_set_timeout(s->store, caller_timeout(s));
-    return lease_release(s->store, &h->grant);
+    int rc;
+
+    if (atomic_load(&h->state) == LEASE_KEEPER_HELD || h->reason != LEASE_ELOST) {
+        lease_store_set_timeout(s->store, caller_timeout(s));
+        rc = lease_release(s->store, &h->grant);
+        if (atomic_load(&h->state) == LEASE_KEEPER_HELD)
+            return rc;
+    }
+    return lease__seterr(LEASE_ELOST, "'%s' was lost: its authority had ended",
+                         h->grant.key);
 }
 
 int lease_session_release(lease_session *s, lease_held *h)

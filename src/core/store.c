@@ -333,6 +333,9 @@ const char *lease_store_url_redacted(const lease_store *s)
 
 int lease_store_set_timeout(lease_store *s, uint64_t timeout_ms)
 {
+    uint64_t old;
+    int rc;
+
     if (s == NULL)
         return lease__seterr(LEASE_EINVALID, "store is NULL");
     if (timeout_ms == 0 || timeout_ms > LEASE__WAIT_MAX_MS)
@@ -345,8 +348,15 @@ int lease_store_set_timeout(lease_store *s, uint64_t timeout_ms)
      * reconnection. */
     if (timeout_ms == s->timeout_ms)
         return 0;
+    old = s->timeout_ms;
     s->timeout_ms = timeout_ms;
-    return s->backend->set_timeout ? s->backend->set_timeout(s, timeout_ms) : 0;
+    /* A store that could not apply it keeps the old value, so that setting
+     * the same value again tries again instead of being skipped. */
+    if (s->backend->set_timeout && (rc = s->backend->set_timeout(s, timeout_ms)) < 0) {
+        s->timeout_ms = old;
+        return rc;
+    }
+    return 0;
 }
 
 int lease_store_set_ttl_max(lease_store *s, uint64_t ttl_max_ms)

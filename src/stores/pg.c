@@ -68,6 +68,7 @@ enum {
     ST_HOLDER,
     ST_RENEW,
     ST_RENEW_MANY,
+    ST_RENEW_MANY_WAIT,
     ST_RELEASE,
     ST_INSPECT,
     ST_LIST,
@@ -98,6 +99,7 @@ static const struct {
     [ST_HOLDER] = { 1, { T_TEXT } },
     [ST_RENEW] = { 5, { T_TEXT, T_UUID, T_INT8, T_INTERVAL, T_INT8 } },
     [ST_RENEW_MANY] = { 3, { T_JSON, T_INTERVAL, T_INT8 } },
+    [ST_RENEW_MANY_WAIT] = { 3, { T_JSON, T_INTERVAL, T_INT8 } },
     [ST_RELEASE] = { 3, { T_TEXT, T_UUID, T_INT8 } },
     [ST_INSPECT] = { 1, { T_TEXT } },
     [ST_LIST] = { 1, { T_BYTEA } },
@@ -444,11 +446,10 @@ static int64_t call_end(pg_store *s)
  * PQclear. A failed statement is LEASE_ESTORE; the connection is kept if
  * it is still sound.
  */
-static int exec_prepared(PGresult **out, pg_store *s, int which,
-                         const char *const *vals, const int *lens,
-                         const int *fmts, const char *what)
+static int exec_prepared_by(PGresult **out, pg_store *s, int which,
+                            const char *const *vals, const int *lens,
+                            const int *fmts, const char *what, int64_t end)
 {
-    int64_t end = call_end(s);
     char name[16];
     PGresult *res;
     int rc;
@@ -474,6 +475,13 @@ static int exec_prepared(PGresult **out, pg_store *s, int which,
     }
     *out = res;
     return 0;
+}
+
+static int exec_prepared(PGresult **out, pg_store *s, int which,
+                         const char *const *vals, const int *lens,
+                         const int *fmts, const char *what)
+{
+    return exec_prepared_by(out, s, which, vals, lens, fmts, what, call_end(s));
 }
 
 /* ---- opening: URL, identifiers, schema -------------------------------- */
@@ -835,6 +843,24 @@ static char *sql_renew_many(const pg_store *s, int has_label, int has_ttl)
         has_ttl ? ", lease_ttl_ms = $3::bigint" : "", s->lease_table);
 }
 
+/*
+ * sql_renew_many for the rows the first statement skipped: the same
+ * conditions, waiting for the row locks (a competitor's acquire holds the
+ * row for a moment; a guarded write until it commits) within what is left
+ * of the call's bound. Only renewed rows come back (the flag is true).
+ */
+static char *sql_renew_many_wait(const pg_store *s, int has_label, int has_ttl)
+{
+    (void)has_label;
+    return pg_fmt(
+        "UPDATE %s AS l SET lease_until = clock_timestamp() + $2::interval%s "
+        "FROM json_to_recordset($1::json) AS r(k text, o uuid, t bigint) "
+        "WHERE l.resource_key = r.k AND l.owner_id = r.o "
+        "AND l.fencing_token = r.t AND l.lease_until > clock_timestamp() "
+        "RETURNING l.resource_key, l.fencing_token, true",
+        s->lease_table, has_ttl ? ", lease_ttl_ms = $3::bigint" : "");
+}
+
 /* The reference release, and a notification for waiters in the same
  * round trip (sent on commit, so only for a release that happened).
  * With a history, the same statement ends the grant's entry; only a
@@ -984,6 +1010,7 @@ static const struct {
     { ST_HOLDER, ALWAYS, .cols = sql_holder },
     { ST_RENEW, ALWAYS, .cols = sql_renew },
     { ST_RENEW_MANY, ALWAYS, .cols = sql_renew_many },
+    { ST_RENEW_MANY_WAIT, ALWAYS, .cols = sql_renew_many_wait },
     { ST_RELEASE, ALWAYS, .cols = sql_release },
     { ST_INSPECT, ALWAYS, .cols = sql_inspect },
     { ST_LIST, ALWAYS, .cols = sql_list },
@@ -1926,16 +1953,12 @@ static int renew_many_match(int *results, uint64_t *granted_ms, const PGresult *
     return 0;
 }
 
-/*
- * Every grant in ONE statement (sql_renew_many), bounded by the handle's
- * timeout as any call: the renewed ones come back, those whose rows were
- * locked come back uncertain, the others were refused (LEASE_ELOST, as
- * renew would say). The ttl is granted exactly.
- */
-static int pg_renew_many(int *results, uint64_t *granted_ms, lease_store *base,
-                         const lease_grant *grants, size_t n, uint64_t ttl_ms)
+/* One statement (`which`) over n grants: results[i] for grants[i], a
+ * grant absent from the answer refused (LEASE_ELOST). */
+static int renew_many_once(int *results, uint64_t *granted_ms, pg_store *s, int which,
+                           const lease_grant *grants, size_t n, uint64_t ttl_ms,
+                           int64_t end)
 {
-    pg_store *s = (pg_store *)base;
     char ttl[48], ms[24], *text = NULL;
     const char *v[3] = { NULL, ttl, ms };
     pg_sent *sent;
@@ -1944,8 +1967,6 @@ static int pg_renew_many(int *results, uint64_t *granted_ms, lease_store *base,
     size_t i;
     int rc;
 
-    if (n > INT_MAX)
-        return lease__seterr(LEASE_EINVALID, "too many grants in one renewal");
     for (i = 0; i < n; i++) {
         results[i] = LEASE_ELOST;
         granted_ms[i] = 0;
@@ -1961,7 +1982,7 @@ static int pg_renew_many(int *results, uint64_t *granted_ms, lease_store *base,
     ttl_text(ttl, sizeof(ttl), ttl_ms);
     u64_text(ms, sizeof(ms), ttl_ms);
     v[0] = text;
-    if ((rc = exec_prepared(&res, s, ST_RENEW_MANY, v, NULL, NULL, "renew")) < 0)
+    if ((rc = exec_prepared_by(&res, s, which, v, NULL, NULL, "renew", end)) < 0)
         goto out;
     if ((rc = pg_want(res, 3, (int)n, "renew")) == 0)
         rc = renew_many_match(results, granted_ms, res, sent, n, ttl_ms);
@@ -1970,6 +1991,71 @@ out:
     free(text);
     json_decref(arr);
     free(sent);
+    return rc;
+}
+
+/*
+ * The grants whose rows the batch skipped (uncertain: locked by a
+ * transaction in progress) get one more statement that waits for the
+ * locks, bounded by what is left of the call: a row locked for a moment
+ * (a competitor's acquire) is renewed rather than left uncertain, which
+ * with step_down would be a loss. A lock held past the bound leaves its
+ * grant uncertain; the rest of the batch was renewed already.
+ */
+static void renew_skipped(int *results, uint64_t *granted_ms, pg_store *s,
+                          const lease_grant *grants, size_t n, uint64_t ttl_ms,
+                          int64_t end)
+{
+    lease_grant *again;
+    size_t *idx, i, m = 0;
+    uint64_t *g2;
+    int *r2;
+
+    for (i = 0; i < n; i++)
+        m += results[i] == LEASE_ESTORE;
+    if (m == 0 || lease_clock_ns() >= end)
+        return;
+    again = malloc(m * sizeof(*again));
+    idx = malloc(m * sizeof(*idx));
+    r2 = malloc(m * sizeof(*r2));
+    g2 = malloc(m * sizeof(*g2));
+    if (again && idx && r2 && g2) {
+        for (i = 0, m = 0; i < n; i++)
+            if (results[i] == LEASE_ESTORE) {
+                idx[m] = i;
+                again[m++] = grants[i];
+            }
+        if (renew_many_once(r2, g2, s, ST_RENEW_MANY_WAIT, again, m, ttl_ms, end) == 0)
+            for (i = 0; i < m; i++) {
+                results[idx[i]] = r2[i];
+                granted_ms[idx[i]] = g2[i];
+            }
+    }
+    free(again);
+    free(idx);
+    free(r2);
+    free(g2);
+}
+
+/*
+ * Every grant in ONE statement (sql_renew_many), bounded by the handle's
+ * timeout as any call: the renewed ones come back, those whose rows were
+ * locked are tried once more waiting for the locks (renew_skipped), the
+ * others were refused (LEASE_ELOST, as renew would say). The ttl is
+ * granted exactly.
+ */
+static int pg_renew_many(int *results, uint64_t *granted_ms, lease_store *base,
+                         const lease_grant *grants, size_t n, uint64_t ttl_ms)
+{
+    pg_store *s = (pg_store *)base;
+    int64_t end = call_end(s);
+    int rc;
+
+    if (n > INT_MAX)
+        return lease__seterr(LEASE_EINVALID, "too many grants in one renewal");
+    rc = renew_many_once(results, granted_ms, s, ST_RENEW_MANY, grants, n, ttl_ms, end);
+    if (rc == 0)
+        renew_skipped(results, granted_ms, s, grants, n, ttl_ms, end);
     return rc;
 }
 

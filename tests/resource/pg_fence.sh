@@ -57,6 +57,17 @@ assert_contains "$ERR" "token 6 < mark 1700000000000001" "the DETAIL gives token
 assert_eq "$(mark res/a)" 1700000000000001 "the refused token left the mark"
 check "'res/b'" 1;  expect_rc 0 "resources are apart"
 
+section "neither a temporary table nor the caller's search_path stands in for the marks"
+OUT=$(psql_ -c "CREATE TEMP TABLE lease_fence (resource text PRIMARY KEY, mark bigint, updated_at timestamptz)" \
+    -c "SELECT lease_fence_check('res/a', 6)" 2>"$T/err")
+RC=$? ERR=$(cat "$T/err") LAST_CMD="a temp table lease_fence, then a stale token"
+expect_rc 1 "a temporary lease_fence table does not hide the marks"
+assert_contains "$ERR" "LF001: stale fencing token" "the stale token is still refused"
+OUT=$(PGOPTIONS= psql_ -c "SET search_path = public" -c "SELECT $S.lease_fence_check('res/a', 6)" 2>"$T/err")
+RC=$? ERR=$(cat "$T/err") LAST_CMD="another search_path, then a stale token"
+expect_rc 1 "another search_path does not change the function's table"
+assert_contains "$ERR" "LF001: stale fencing token" "refused under another search_path"
+
 section "bad input: LF002"
 for args in "'r', NULL" "NULL, 1" "NULL, NULL" "'r', 0" "'r', -1" "'r', -9223372036854775808" \
     "'', 1" "repeat('x', 10240), 1" "repeat('x', 1025), 1" "repeat('é', 513), 1"; do

@@ -32,4 +32,22 @@ assert_eq "$A2" "A         resumed; late write with token $TA -> 409 stale token
     "A's late write refused with 409 naming the mark"
 assert_eq "$(line '^service +/data/report holds:')" "service   /data/report holds: written by B" \
     "the service keeps B's value"
+
+# A NAME belongs to the lease key that first wrote it: a write under another
+# key (whose mark is still empty) must not get in.
+"$SERVICE" >"$T/svc.out" 2>"$T/svc.err" &
+SVC=$!
+bg_register "$SVC"
+wait_for "the service listens" grep -q '^listening on 127.0.0.1:' "$T/svc.out"
+PORT=$(sed -nE 's/^listening on 127\.0\.0\.1:([0-9]+)$/\1/p' "$T/svc.out")
+put() {
+    curl -sS -o "$T/put.body" -w '%{http_code}' --max-time 10 -X PUT -H "Lease-Key: $1" \
+        -H "Lease-Token: $2" --data-binary "$3" "http://127.0.0.1:$PORT/data/owned"
+}
+assert_eq "$(put keys/one 5 first)" 200 "written under keys/one"
+assert_eq "$(put keys/two 1 intruder)" 409 "a write under another key refused"
+assert_contains "$(cat "$T/put.body")" "fenced by another lease key" "the 409 says why"
+assert_eq "$(curl -sS --max-time 10 "http://127.0.0.1:$PORT/data/owned")" first \
+    "the value written under keys/one stands"
+kill "$SVC" 2>/dev/null; wait "$SVC" 2>/dev/null
 finish

@@ -69,6 +69,20 @@ assert_match "$(rc FCALL lease_fence_set 2 "$MARK" "$DATA" 5 x)" "^ERR bad mark"
 assert_eq "$(rc GET "$DATA")" big "a bad mark wrote nothing"
 assert_match "$(rc FCALL lease_fence_set 1 "$MARK" 5 x)" "^ERR wrong number" "wrong key count refused"
 cleanup_keys
+# A mark lost (evicted, expired, deleted) while its data remains would let
+# any token in: refused until a mark is installed again.
+assert_eq "$(rc FCALL lease_fence_set 2 "$MARK" "$DATA" 50 fifty)" OK "token 50 accepted"
+rc DEL "$MARK" >/dev/null
+assert_match "$(rc FCALL lease_fence_set 2 "$MARK" "$DATA" 3 stale)" "^ERR mark missing" \
+    "data without its mark refused"
+assert_eq "$(rc GET "$DATA")" fifty "nothing written without the mark"
+assert_eq "$(rc FCALL lease_fence_check 1 "$MARK" 50)" 50 "the holder installs its mark again"
+assert_eq "$(rc FCALL lease_fence_set 2 "$MARK" "$DATA" 3 stale)" "STALE token 3 < mark 50" \
+    "then the stale token is refused as such"
+assert_match "$(rc FCALL lease_fence_set 2 "$MARK" "$MARK" 60 x)" "^ERR the mark key and the data key" \
+    "the same key as mark and data refused"
+assert_eq "$(rc GET "$MARK")" 50 "the mark was not overwritten"
+cleanup_keys
 
 # race WRITE MARK DATA TAG: A holds key TAG through `lease run` and is
 # stopped past its ttl; B takes it and writes B; A resumes and writes A

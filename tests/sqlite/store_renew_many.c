@@ -14,13 +14,16 @@
  * as it was; renewed ones must have moved their expiry (renewed to a ttl
  * longer than they were acquired with, so remaining_ms shows it). Then a
  * key sent twice in one batch, and 1000 grants in one call. On PostgreSQL,
- * a grant whose row a guarded transaction holds locked comes back
- * uncertain (LEASE_ESTORE) while the rest of its batch is renewed: the
- * batch does not wait for the lock.
+ * a grant whose row a guarded transaction holds locked past the call's
+ * bound comes back uncertain (LEASE_ESTORE) while the rest of its batch is
+ * renewed, and one whose row is locked for a moment (as a competitor's
+ * acquire locks it) is renewed once the lock goes.
  *
  * usage: store_renew_many URL
  */
 #include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -315,8 +318,10 @@ static void test_locked_row(lease_store *s, const char *url, const char *a)
         snprintf(key, sizeof(key), "%slocked-%zu", prefix, i);
         acquire(&grants[i], s, key, a, TTL_ACQUIRE);
     }
+    /* The batch waits for the lock within its bound, here held by this
+     * very thread until the call gives up: 2 s. */
     if (lease_store_open(&c.other, url) != 0 ||
-        lease_store_set_timeout(c.other, 20000) != 0)
+        lease_store_set_timeout(c.other, 2000) != 0)
         FATAL("open a second connection");
     c.grants = grants;
     rc = lease_guarded_txn(s, &grants[0], renew_while_locked, &c);
@@ -331,6 +336,75 @@ static void test_locked_row(lease_store *s, const char *url, const char *a)
     CHECK(inspect(s, grants[1].key).remaining_ms > TTL_ACQUIRE,
           "locked row: the unlocked grant was not renewed");
     lease_store_close(c.other);
+}
+
+/* A guarded transaction on another thread holds the first grant's row for
+ * 300 ms, as a competitor's acquire holds it for a moment; renew_many,
+ * started while it does, renews it too once the lock goes. */
+typedef struct {
+    lease_store *s;
+    lease_grant *g;
+    atomic_int locked;
+    int rc;
+} brief_lock;
+
+static int hold_briefly(void *native, void *payload)
+{
+    brief_lock *b = payload;
+    struct timespec ts = { 0, 300 * 1000000L };
+
+    (void)native;
+    atomic_store(&b->locked, 1);
+    nanosleep(&ts, NULL);
+    return 0;
+}
+
+static void *brief_locker(void *arg)
+{
+    brief_lock *b = arg;
+
+    b->rc = lease_guarded_txn(b->s, b->g, hold_briefly, b);
+    return NULL;
+}
+
+static void test_brief_lock(lease_store *s, const char *url, const char *a)
+{
+    lease_grant grants[2];
+    char key[LEASE_KEY_MAX + 1];
+    lease_store *other = NULL;
+    int results[2];
+    uint64_t granted[2];
+    brief_lock b;
+    pthread_t t;
+    size_t i;
+    int rc, n;
+
+    for (i = 0; i < 2; i++) {
+        snprintf(key, sizeof(key), "%sbrief-%zu", prefix, i);
+        acquire(&grants[i], s, key, a, TTL_ACQUIRE);
+    }
+    if (lease_store_open(&other, url) != 0)
+        FATAL("open a second connection");
+    memset(&b, 0, sizeof(b));
+    b.s = s;
+    b.g = &grants[0];
+    if (pthread_create(&t, NULL, brief_locker, &b) != 0)
+        FATAL("thread");
+    for (n = 0; n < 5000 && !atomic_load(&b.locked); n++) {
+        struct timespec ts = { 0, 1000000L };
+        nanosleep(&ts, NULL);
+    }
+    rc = call_renew_many(results, granted, other, grants, 2, TTL_RENEW);
+    pthread_join(t, NULL);
+    CHECK(b.rc == 0, "brief lock: guarded txn: %s", lease_error_name(b.rc));
+    CHECK(rc == 0, "brief lock: renew_many returned %s", lease_error_name(rc));
+    for (i = 0; rc == 0 && i < 2; i++)
+        CHECK(results[i] == 0 && granted_ok(s, granted[i]),
+              "brief lock: '%s' got %s, not renewed", grants[i].key,
+              lease_error_name(results[i]));
+    CHECK(inspect(s, grants[0].key).remaining_ms > TTL_ACQUIRE,
+          "brief lock: the briefly locked grant was not renewed");
+    lease_store_close(other);
 }
 
 int main(int argc, char **argv)
@@ -353,6 +427,8 @@ int main(int argc, char **argv)
     test_big(s, a);
     if (strcmp(s->backend->name, "postgres") == 0)
         test_locked_row(s, argv[1], a);
+    if (strcmp(s->backend->name, "postgres") == 0)
+        test_brief_lock(s, argv[1], a);
     if (failures == 0)
         printf("renew_many on %s: all checks passed\n", s->backend->name);
     lease_store_close(s);

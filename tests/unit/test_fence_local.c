@@ -159,6 +159,37 @@ static void test_persist(void **state)
     lease_fence_local_close(f);
 }
 
+/* The marks file made at the first open, then deleted: the marks are lost,
+ * and the next open refuses instead of starting over with none. */
+static void test_missing_file(void **state)
+{
+    char path[600], lock[620];
+    lease_fence_local *f;
+    uint64_t mark;
+    size_t len;
+
+    (void)state;
+    fresh_path(path, sizeof(path), "marks");
+    assert_int_equal(lease_fence_local_open(&f, path), 0);
+    lease_fence_local_close(f);
+    (void)read_file(path, &len); /* written at the first open */
+    assert_true(len > 0);
+    assert_int_equal(lease_fence_local_open(&f, path), 0);
+    assert_int_equal(lease_fence_local_check(&mark, f, "r", 5), 0);
+    lease_fence_local_close(f);
+    assert_int_equal(unlink(path), 0);
+    f = (lease_fence_local *)1;
+    assert_int_equal(lease_fence_local_open(&f, path), LEASE_ESTORE);
+    assert_null(f);
+    assert_non_null(strstr(lease_errmsg(), "missing"));
+    /* Removing the lock file is the knowing way to start over. */
+    snprintf(lock, sizeof(lock), "%s.lock", path);
+    assert_int_equal(unlink(lock), 0);
+    assert_int_equal(lease_fence_local_open(&f, path), 0);
+    assert_int_equal(lease_fence_local_mark(&mark, f, "r"), LEASE_ENOTFOUND);
+    lease_fence_local_close(f);
+}
+
 /* Open a file holding `text`: it must be refused as corrupt. */
 static void expect_corrupt(const char *path, const char *text, size_t len)
 {
@@ -248,6 +279,7 @@ int main(void)
         cmocka_unit_test(test_semantics),
         cmocka_unit_test(test_threads),
         cmocka_unit_test(test_persist),
+        cmocka_unit_test(test_missing_file),
         cmocka_unit_test(test_corrupt),
         cmocka_unit_test(test_bad_input),
     };

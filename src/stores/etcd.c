@@ -55,7 +55,13 @@
  * keys attached) for the whole batch, whatever its size: a grant is kept
  * while its key is attached and the handle attached it with that token.
  * When the shared lease ends (expiry, revoke) every grant in it is lost,
- * and the next acquire grants a new one. A release, from any handle,
+ * and the next acquire grants a new one. A key attached to the shared
+ * lease that no record holds (a release or acquire whose outcome is
+ * unknown, an acquire that failed after its txn, a put by anyone else
+ * with the lease's id) would live as long as the session: renew_many
+ * deletes such orphans, up to ORPHANS_MAX a round, each in a txn that
+ * checks it is still the key read and on the shared lease, with the end
+ * marker a release writes. A release, from any handle,
  * revokes a key's etcd lease only when no P shared/ marker says it is a
  * session's; the marker is written in the same txn as the first key, so
  * whoever sees a key on the lease sees it too. Stores written before
@@ -1407,7 +1413,9 @@ static int etcd_acquired(lease_grant *out, etcd_store *s, json_t *res, int64_t i
 
     json_decref(res);
     if (rc < 0) {
-        etcd_drop_lease(s, id); /* best effort: no token, no grant */
+        /* Best effort: no token, no grant. A session's key stays on the
+         * shared lease without a record: renew_many deletes it. */
+        etcd_drop_lease(s, id);
         return rc;
     }
     if (s->shared) {
@@ -1630,7 +1638,8 @@ static int etcd_acquire(lease_grant *out, lease_info *holder, lease_store *base,
         /* Unknown outcome: leave the etcd lease; it expires by itself. A
          * session forgets the key: whether it is attached now, and with
          * which token, cannot be told, and a grant it cannot vouch for is
-         * reported lost rather than kept. */
+         * reported lost rather than kept. Attached all the same, the key
+         * is an orphan that the next renew_many deletes. */
         if (s->shared)
             etcd_rec_del(s, req->key);
     } else if (etcd_txn_ok(res)) {
@@ -1778,8 +1787,14 @@ static int etcd_release(lease_store *base, const char *key, const char *owner,
                         etcd_op_put(etcd_jkey(s, "ended/", ended), etcd_jstr64(marker), 0)),
               "release");
     free(marker);
-    if (rc < 0)
+    if (rc < 0) {
+        /* Unknown outcome: the caller lets the grant go all the same. A
+         * session forgets the key, so that its next renew_many deletes it
+         * as an orphan if it is still attached to the shared lease. */
+        if (s->shared)
+            etcd_rec_del(s, key);
         return rc;
+    }
     ok = etcd_txn_ok(res);
     if (ok && etcd_txn_kv(res, 0))
         id = etcd_jint(etcd_txn_kv(res, 0), "lease");
@@ -2485,12 +2500,66 @@ static int etcd_share_lease(lease_store *base, uint64_t ttl_ms)
     return 0;
 }
 
-/* One key of a LeaseTimeToLive answer: mark its record seen when it is
- * "P lease/K" and K is in the record. */
-static int etcd_shared_key_seen(etcd_store *s, json_t *k64)
+/*
+ * Keys attached to the shared lease that no grant of the handle holds:
+ * left by a release or an acquire whose outcome is unknown, or by an
+ * acquire that failed after its txn (the handle keeps no record of them),
+ * or attached by anyone else with the lease's id. Every keep-alive of the
+ * shared lease would keep them, so nobody could take them while the
+ * session lives: each round deletes up to ORPHANS_MAX of them, the rest
+ * at the next rounds.
+ */
+#define ORPHANS_MAX 64
+
+typedef struct {
+    char *key[ORPHANS_MAX];
+    size_t n;
+} orphan_list;
+
+static void etcd_orphans_free(orphan_list *o)
 {
-    const char *t = json_string_value(k64);
-    size_t n = 0, skip = s->prefix_len + 6; /* "<prefix>lease/" */
+    size_t i;
+
+    for (i = 0; i < o->n; i++)
+        free(o->key[i]);
+    o->n = 0;
+}
+
+/* Note K, once: the list is short, a scan is enough. When it is full, or
+ * out of memory, K waits for a later round. */
+static void etcd_orphan_add(orphan_list *o, const char *key)
+{
+    size_t i;
+
+    if (o == NULL || o->n >= ORPHANS_MAX)
+        return;
+    for (i = 0; i < o->n; i++)
+        if (strcmp(o->key[i], key) == 0)
+            return;
+    if ((o->key[o->n] = strdup(key)) != NULL)
+        o->n++;
+}
+
+/* The K of "<prefix><kind>K" (n bytes), or NULL when k is not one. */
+static const char *etcd_key_of(const etcd_store *s, const char *k, size_t n,
+                               const char *kind)
+{
+    size_t skip = s->prefix_len + strlen(kind);
+
+    if (n <= skip || n - skip > LEASE_KEY_MAX || memchr(k, '\0', n) != NULL ||
+        strncmp(k, s->prefix, s->prefix_len) != 0 ||
+        strncmp(k + s->prefix_len, kind, strlen(kind)) != 0)
+        return NULL;
+    return k + skip;
+}
+
+/* One key of a LeaseTimeToLive answer: mark its record seen when it is
+ * "P lease/K" and K is in the record; a "P lease/K" or "P meta/K" whose K
+ * has no record is an orphan. */
+static int etcd_shared_key_seen(etcd_store *s, json_t *k64, orphan_list *orphans)
+{
+    const char *t = json_string_value(k64), *name;
+    size_t n = 0;
     char *k;
     shared_rec *r;
 
@@ -2498,22 +2567,27 @@ static int etcd_shared_key_seen(etcd_store *s, json_t *k64)
         return etcd_malformed("time to live", "a key of the lease is not base64 text");
     if ((k = etcd_b64_decode(t, &n)) == NULL)
         return lease__seterr(LEASE_ENOMEM, "out of memory");
-    if (n > skip && n - skip <= LEASE_KEY_MAX && memchr(k, '\0', n) == NULL &&
-        strncmp(k, s->prefix, s->prefix_len) == 0 &&
-        strncmp(k + s->prefix_len, "lease/", 6) == 0 &&
-        (r = etcd_rec_find(s, k + skip)) != NULL)
-        r->seen = s->rec_round;
+    if ((name = etcd_key_of(s, k, n, "lease/")) != NULL) {
+        if ((r = etcd_rec_find(s, name)) != NULL)
+            r->seen = s->rec_round;
+        else
+            etcd_orphan_add(orphans, name);
+    } else if ((name = etcd_key_of(s, k, n, "meta/")) != NULL &&
+               etcd_rec_find(s, name) == NULL) {
+        etcd_orphan_add(orphans, name);
+    }
     free(k);
     return 0;
 }
 
 /*
  * The keys attached to the shared lease, from one LeaseTimeToLive: marks
- * the records found with this pass's number. 1 when the lease is gone
+ * the records found with this pass's number and lists the keys attached
+ * without a record (orphans). 1 when the lease is gone
  * (TTL -1), 0 when read. The keys are the whole session's: the answer may
  * be as large as a list's.
  */
-static int etcd_shared_keys(etcd_store *s)
+static int etcd_shared_keys(etcd_store *s, orphan_list *orphans)
 {
     json_t *res, *keys;
     int64_t ttl;
@@ -2538,9 +2612,126 @@ static int etcd_shared_keys(etcd_store *s)
     else if (keys != NULL && !json_is_array(keys))
         rc = etcd_malformed("time to live", "the keys are not a list");
     for (i = 0; rc == 0 && i < json_array_size(keys); i++)
-        rc = etcd_shared_key_seen(s, json_array_get(keys, i));
+        rc = etcd_shared_key_seen(s, json_array_get(keys, i), orphans);
     json_decref(res);
     return rc;
+}
+
+/*
+ * The guarded delete of one orphan, as read in `kv` (its P lease/K; NULL
+ * when only P meta/K was left): a txn of its own inside the round's one,
+ * so that each key's compares decide for that key alone. The key goes
+ * only while it is still the one read (its create_revision and owner) and
+ * on the shared lease; its end marker is written as a release writes it.
+ * NULL when the key is not this lease's (any more) or out of memory.
+ */
+static json_t *etcd_orphan_op(etcd_store *s, const char *key, json_t *kv,
+                              const char *marker)
+{
+    char ended[HNAME_SZ], tok[PAD + 1];
+    const char *v;
+    uint64_t token = 0;
+    json_t *txn;
+
+    if (kv == NULL) {
+        txn = json_pack("{s:[o, o], s:[o]}", "compare",
+                        etcd_cmp(etcd_jkey(s, "lease/", key), "CREATE", "EQUAL",
+                                 "create_revision", json_integer(0)),
+                        etcd_cmp(etcd_jkey(s, "meta/", key), "LEASE", "EQUAL", "lease",
+                                 json_integer((json_int_t)s->shared_id)),
+                        "success", etcd_op_delete(etcd_jkey(s, "meta/", key)));
+        return txn ? json_pack("{s:o}", "request_txn", txn) : NULL;
+    }
+    if (etcd_jint(kv, "lease") != s->shared_id ||
+        etcd_token_field(&token, kv, "create_revision", "orphan cleanup") < 0)
+        return NULL;
+    /* The value as etcd sent it (base64, checked): etcd leaves out an
+     * empty one. */
+    v = json_string_value(json_object_get(kv, "value"));
+    etcd_pad(tok, token);
+    etcd_hist_name(ended, key, tok);
+    txn = json_pack("{s:[o, o, o], s:[o, o, o]}", "compare",
+                    etcd_cmp(etcd_jkey(s, "lease/", key), "CREATE", "EQUAL",
+                             "create_revision", json_integer((json_int_t)token)),
+                    etcd_cmp(etcd_jkey(s, "lease/", key), "VALUE", "EQUAL", "value",
+                             json_string(v ? v : "")),
+                    etcd_cmp(etcd_jkey(s, "lease/", key), "LEASE", "EQUAL", "lease",
+                             json_integer((json_int_t)s->shared_id)),
+                    "success", etcd_op_delete(etcd_jkey(s, "lease/", key)),
+                    etcd_op_delete(etcd_jkey(s, "meta/", key)),
+                    etcd_op_put(etcd_jkey(s, "ended/", ended), etcd_jstr64(marker), 0));
+    return txn ? json_pack("{s:o}", "request_txn", txn) : NULL;
+}
+
+/* The guarded deletes of the orphans read in `res` (one range each, in
+ * the list's order), or NULL when there is none or the answer does not
+ * have one response per orphan. */
+static json_t *etcd_orphan_ops(etcd_store *s, const orphan_list *o, json_t *res)
+{
+    json_t *ops, *op;
+    char *marker;
+    size_t i;
+
+    if (json_array_size(json_object_get(res, "responses")) != o->n) {
+        etcd_malformed("orphan cleanup", "%zu responses to %zu ranges",
+                       json_array_size(json_object_get(res, "responses")), o->n);
+        return NULL;
+    }
+    if (asprintf(&marker, "released\n%lld", (long long)etcd_wall_ms()) < 0)
+        return NULL;
+    if ((ops = json_array()) == NULL) {
+        free(marker);
+        return NULL;
+    }
+    for (i = 0; i < o->n; i++)
+        if ((op = etcd_orphan_op(s, o->key[i], etcd_txn_kv(res, i), marker)) != NULL)
+            json_array_append_new(ops, op);
+    free(marker);
+    if (json_array_size(ops) == 0) {
+        json_decref(ops);
+        return NULL;
+    }
+    return ops;
+}
+
+/*
+ * Delete the orphans, best effort: one txn reads their keys, one deletes
+ * those still on the shared lease, each under its own compares (ORPHANS_MAX
+ * of them stay within etcd's --max-txn-ops). What fails waits for a later
+ * round. The round's results are already decided; the cleanup gets a
+ * twentieth of the ttl at most, as the history's prune does, and the
+ * call's error state is kept.
+ */
+static void etcd_clean_orphans(etcd_store *s, orphan_list *o, uint64_t ttl_ms)
+{
+    char saved[LEASE__ERRMSG_SIZE];
+    int code = lease_errcode();
+    int64_t end = s->end_ns;
+    int64_t budget = lease_clock_ns() + (int64_t)(ttl_ms / 20 ? ttl_ms / 20 : 1) * 1000000;
+    json_t *read, *res = NULL, *ops;
+    size_t i;
+
+    if (o->n == 0 || (read = json_array()) == NULL)
+        return;
+    lease__strlcpy(saved, lease_errmsg(), sizeof(saved));
+    if (budget < s->end_ns)
+        s->end_ns = budget;
+    /* A range that could not be built leaves the answer one response
+     * short, which etcd_orphan_ops refuses. */
+    for (i = 0; i < o->n; i++)
+        json_array_append_new(read, etcd_op_range(etcd_jkey(s, "lease/", o->key[i])));
+    if (etcd_call(&res, s, "/v3/kv/txn", json_pack("{s:o}", "success", read),
+                          "orphan cleanup") == 0) {
+        ops = etcd_orphan_ops(s, o, res);
+        json_decref(res);
+        res = NULL;
+        if (ops && etcd_call(&res, s, "/v3/kv/txn", json_pack("{s:o}", "success", ops),
+                             "orphan cleanup") == 0)
+            json_decref(res);
+    }
+    s->end_ns = end;
+    if (code < 0)
+        lease__seterr(code, "%s", saved);
 }
 
 /* Every grant of the batch lost: the shared lease ended. */
@@ -2556,17 +2747,39 @@ static int etcd_all_lost(int *results, uint64_t *granted_ms, etcd_store *s, size
     return 0;
 }
 
+/* A grant is renewed when its key is attached (this pass saw it) and the
+ * handle attached it with this token and owner. */
+static void etcd_renew_results(int *results, uint64_t *granted_ms, etcd_store *s,
+                               const lease_grant *grants, size_t n, uint64_t ttl)
+{
+    size_t i;
+
+    /* A key no longer attached never comes back to this lease but through
+     * an acquire on this handle, which records it again. */
+    etcd_rec_sweep(s, s->rec_round);
+    for (i = 0; i < n; i++) {
+        const shared_rec *r = etcd_rec_find(s, grants[i].key);
+        int held = r && r->token == grants[i].token &&
+                   strcmp(r->owner, grants[i].owner) == 0;
+
+        results[i] = held ? 0 : LEASE_ELOST;
+        granted_ms[i] = held ? ttl : 0;
+    }
+}
+
 /*
  * A session handle's batch, whatever its size: one keep-alive of the
  * shared lease, then one LeaseTimeToLive for the keys attached to it. A
  * grant is renewed when its key is attached and the handle attached it
  * with this token and owner; every grant is lost when the lease ended.
+ * Then the keys attached that no record holds (orphans) are deleted.
  * Without share_lease: one renew per grant.
  */
 static int etcd_renew_many(int *results, uint64_t *granted_ms, lease_store *base,
                            const lease_grant *grants, size_t n, uint64_t ttl_ms)
 {
     etcd_store *s = (etcd_store *)base;
+    orphan_list orphans = { { NULL }, 0 };
     uint64_t ttl = 0;
     size_t i;
     int rc;
@@ -2586,22 +2799,15 @@ static int etcd_renew_many(int *results, uint64_t *granted_ms, lease_store *base
         return etcd_all_lost(results, granted_ms, s, n);
     if (++s->rec_round == 0)
         s->rec_round = 1; /* 0 is no pass */
-    if ((rc = etcd_shared_keys(s)) < 0)
-        return rc;
-    if (rc == 1)
-        return etcd_all_lost(results, granted_ms, s, n);
-    /* A key no longer attached never comes back to this lease but through
-     * an acquire on this handle, which records it again. */
-    etcd_rec_sweep(s, s->rec_round);
-    for (i = 0; i < n; i++) {
-        const shared_rec *r = etcd_rec_find(s, grants[i].key);
-        int held = r && r->token == grants[i].token &&
-                   strcmp(r->owner, grants[i].owner) == 0;
-
-        results[i] = held ? 0 : LEASE_ELOST;
-        granted_ms[i] = held ? ttl : 0;
+    rc = etcd_shared_keys(s, &orphans);
+    if (rc == 0) {
+        etcd_renew_results(results, granted_ms, s, grants, n, ttl);
+        /* After the results: the orphans were listed by the same
+         * LeaseTimeToLive, and this handle attaches nothing in between. */
+        etcd_clean_orphans(s, &orphans, ttl);
     }
-    return 0;
+    etcd_orphans_free(&orphans);
+    return rc == 1 ? etcd_all_lost(results, granted_ms, s, n) : rc;
 }
 
 /* ---- open and close ---------------------------------------------------- */

@@ -17,7 +17,11 @@
  *  - releasing one grant, from the session or from another handle by
  *    owner and token, leaves the shared lease and the other grants alone;
  *  - acquire, release, acquire again of one key in one session: two
- *    history entries with their tokens, the first one released.
+ *    history entries with their tokens, the first one released;
+ *  - a release whose outcome is unknown (a paused forwarder) leaves its
+ *    key attached: the next renew_many deletes it, the other grants stay;
+ *  - keys put on the shared lease behind the handle's back (orphans) are
+ *    deleted by the next renew_many; the grants' keys stay.
  *
  * etcd is asked directly (libcurl, its JSON gateway) for what it holds:
  * the library's own answers would not show which etcd lease a key is on.
@@ -581,6 +585,151 @@ static void test_history_twice(void **state)
     lease_history_free(e);
 }
 
+/* A session handle (share_lease) on `u`, holding keys "<tag>/000" .. for
+ * n grants. */
+static lease_store *shared_handle(lease_grant *g, const char *u, const char *tag, size_t n)
+{
+    lease_acquire_opts o = LEASE_ACQUIRE_OPTS_INIT;
+    lease_store *h = NULL;
+    char key[64];
+    size_t i;
+
+    CHECK_RC(0, lease_store_open(&h, u));
+    CHECK_RC(0, h->backend->share_lease(h, TTL_MS));
+    o.owner = owner;
+    o.ttl_ms = TTL_MS;
+    for (i = 0; i < n; i++) {
+        snprintf(key, sizeof(key), "%s/%03zu", tag, i);
+        CHECK_RC(0, lease_acquire(&g[i], NULL, h, key, &o));
+    }
+    return h;
+}
+
+/* renew_many of the n grants, all renewed, `rounds` times. */
+static void renew_rounds(lease_store *h, const lease_grant *g, size_t n, int rounds)
+{
+    int results[8];
+    uint64_t granted[8];
+    size_t i;
+
+    assert_true(n <= 8);
+    while (rounds-- > 0) {
+        CHECK_RC(0, h->backend->renew_many(results, granted, h, g, n, TTL_MS));
+        for (i = 0; i < n; i++) {
+            CHECK_RC(0, results[i]);
+            ASSERT_U64_OP(granted[i], >=, TTL_MS);
+        }
+    }
+}
+
+/* The newest history entry of `key` ended as `ended`. */
+static void assert_last_ended(const char *key, lease_ended ended)
+{
+    lease_history_entry *e = NULL;
+    size_t n = 0;
+
+    CHECK_RC(0, lease_history(&e, &n, store, key, 1));
+    assert_int_equal(n, 1);
+    assert_int_equal(e[0].ended, ended);
+    lease_history_free(e);
+}
+
+/*
+ * A release whose outcome is unknown (the member cannot be reached: a
+ * paused forwarder) leaves the key attached to the shared lease, and the
+ * caller lets the grant go. Once the member is back, a round or two of
+ * renew_many deletes the key (and its meta/ key, with a release's end
+ * marker), and the other grants stay held on the same lease.
+ */
+static void test_release_unknown(void **state)
+{
+    lease_grant g[3], keep[2];
+    char host[256], port[16], via[600];
+    conf_forwarder *f;
+    lease_store *h;
+    int64_t id;
+
+    (void)state;
+    assert_int_equal(conf_url_hostport(host, sizeof(host), port, sizeof(port), base_url), 0);
+    f = conf_forwarder_start(host, port);
+    assert_non_null(f);
+    snprintf(via, sizeof(via), "etcd://127.0.0.1:%d%.*s", conf_forwarder_port(f),
+             (int)strlen(prefix) - 1, prefix);
+    h = shared_handle(g, via, "unknown", 3);
+    id = lease_of("unknown/001", NULL);
+    conf_forwarder_pause(f);
+    assert_true(lease_release(h, &g[1]) < 0);
+    conf_forwarder_resume(f);
+    /* The release did not reach etcd: the key is still attached. */
+    assert_true(lease_of("unknown/001", NULL) == id);
+    keep[0] = g[0];
+    keep[1] = g[2];
+    renew_rounds(h, keep, 2, 2);
+    assert_int_equal(key_exists("lease/", "unknown/001"), 0);
+    assert_int_equal(key_exists("meta/", "unknown/001"), 0);
+    assert_last_ended("unknown/001", LEASE_ENDED_RELEASED);
+    assert_true(lease_of("unknown/000", NULL) == id);
+    assert_true(lease_of("unknown/002", NULL) == id);
+    assert_int_equal(key_exists("meta/", "unknown/002"), 1);
+    /* The key is free for anyone else. */
+    {
+        lease_acquire_opts o = LEASE_ACQUIRE_OPTS_INIT;
+        lease_grant other;
+        char someone[LEASE_OWNER_BUFSZ];
+
+        assert_int_equal(lease_owner_new(someone), 0);
+        o.owner = someone;
+        o.ttl_ms = TTL_MS;
+        CHECK_RC(0, lease_acquire(&other, NULL, store, "unknown/001", &o));
+        CHECK_RC(0, lease_release(store, &other));
+    }
+    CHECK_RC(0, lease_release(h, &g[0]));
+    CHECK_RC(0, lease_release(h, &g[2]));
+    lease_store_close(h);
+    conf_forwarder_stop(f);
+}
+
+/*
+ * Keys attached to the shared lease behind the session's back (a put
+ * with its id, as an acquire whose answer was lost leaves one): the next
+ * renew_many deletes P lease/K and P meta/K that no grant of the handle
+ * holds, and leaves the grants' keys and any other key alone.
+ */
+static void test_orphan_deleted(void **state)
+{
+    lease_grant g[2];
+    lease_store *h;
+    int64_t id;
+    char *v;
+
+    (void)state;
+    h = shared_handle(g, url, "orphan", 2);
+    id = lease_of("orphan/000", NULL);
+    v = enc64(owner);
+    json_decref(etcd("/v3/kv/put", json_pack("{s:o, s:s, s:I}", "key",
+                                             jkey("lease/", "orphan/x"), "value", v,
+                                             "lease", (json_int_t)id)));
+    json_decref(etcd("/v3/kv/put", json_pack("{s:o, s:s, s:I}", "key",
+                                             jkey("meta/", "orphan/y"), "value", v,
+                                             "lease", (json_int_t)id)));
+    json_decref(etcd("/v3/kv/put", json_pack("{s:o, s:s, s:I}", "key",
+                                             jkey("other/", "orphan/z"), "value", v,
+                                             "lease", (json_int_t)id)));
+    free(v);
+    assert_true(lease_of("orphan/x", NULL) == id);
+    renew_rounds(h, g, 2, 1);
+    assert_int_equal(key_exists("lease/", "orphan/x"), 0);
+    assert_int_equal(key_exists("meta/", "orphan/y"), 0);
+    assert_int_equal(key_exists("other/", "orphan/z"), 1);
+    assert_true(lease_of("orphan/000", NULL) == id);
+    assert_true(lease_of("orphan/001", NULL) == id);
+    assert_int_equal(key_exists("meta/", "orphan/001"), 1);
+    renew_rounds(h, g, 2, 1); /* still held the round after */
+    CHECK_RC(0, lease_release(h, &g[0]));
+    CHECK_RC(0, lease_release(h, &g[1]));
+    lease_store_close(h);
+}
+
 static int setup(void **state)
 {
     char host[256], port[16], u[LEASE_OWNER_BUFSZ];
@@ -623,6 +772,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_delete_one),
         cmocka_unit_test(test_release_one),
         cmocka_unit_test(test_history_twice),
+        cmocka_unit_test(test_release_unknown),
+        cmocka_unit_test(test_orphan_deleted),
     };
     const char *base = argc > 1 ? argv[1] : getenv("LEASE_TEST_ETCD_URL");
 

@@ -17,23 +17,34 @@
  * grant to renew and three variables in the command's environment. */
 #define HOLD_KEYS_MAX 100000
 
+/* exec(2) takes about 2 MB of arguments and environment in all, and 128
+ * KiB per string. The variables the command gets for its keys must fit
+ * with room to spare for the rest of its environment and arguments:
+ * checked before anything is acquired. */
+#define HOLD_ENV_MAX ((size_t)1 << 20)
+#define HOLD_ENV_STRING_MAX ((size_t)128 << 10)
+
 static const char usage_hold[] =
     "usage: lease hold KEY... [--keys-from FILE] [--ttl DUR] [--wait DUR] [--label TEXT]\n"
     "                  [--grace DUR] [--json] [--pass-store] -- CMD [ARG...]\n"
     "\n"
-    "Acquire every KEY (each waiting at most --wait) into one session, run CMD,\n"
-    "renew them all in the background (every ttl/3, in batches), and release them\n"
-    "when CMD exits. If any key cannot be acquired, the ones already acquired are\n"
-    "released and CMD is not run. CMD's authority ends with the earliest local\n"
-    "deadline of the keys: if any one is lost, or renewals fail until that deadline\n"
-    "comes near, CMD's process group gets SIGTERM, then SIGKILL, as with lease run.\n"
+    "Acquire every KEY (each waiting at most --wait; in byte order, so that two\n"
+    "holds of the same keys cannot each hold a key the other waits for) into one\n"
+    "session, run CMD, renew them all in the background (every ttl/3, in\n"
+    "batches), and release them when CMD exits. If any key cannot be acquired,\n"
+    "or one is lost before CMD starts, the ones acquired are released and CMD is\n"
+    "not run. CMD's authority ends with the earliest local deadline of the keys:\n"
+    "if any one is lost, or renewals fail until that deadline comes near, CMD's\n"
+    "process group gets SIGTERM, then SIGKILL, as with lease run.\n"
     "CMD gets LEASE_COUNT (the number of keys), LEASE_KEY_0, LEASE_TOKEN_0, ...\n"
     "LEASE_KEY_<n-1>, LEASE_TOKEN_<n-1> (in the order given), LEASE_OWNER and\n"
     "LEASE_TTL_MS; no LEASE_KEY nor LEASE_TOKEN.\n"
-    "  --keys-from FILE  more keys, one per line ('-': stdin); blank lines are\n"
-    "                skipped; a key given twice is a usage error\n"
+    "  --keys-from FILE  more keys, one per line ('-': stdin; a CRLF line end is\n"
+    "                taken as one); blank lines are skipped; a key given twice is\n"
+    "                a usage error\n"
     "  --ttl DUR     lease duration of every key (default 30s)\n"
-    "  --wait DUR    wait up to DUR for each key (default: try once)\n"
+    "  --wait DUR    wait up to DUR for each key, also through store failures\n"
+    "                (default: try once)\n"
     "  --label TEXT  holder label (default host:pid)\n"
     "  --grace DUR   time between SIGTERM and SIGKILL (default ttl/4, at most 10s)\n"
     "  --json        log events as JSON lines on stderr (one acquired event per key)\n"
@@ -42,7 +53,9 @@ static const char usage_hold[] =
     "exit: as lease run: CMD's exit status (128+N if killed by signal N; 127 if\n"
     "CMD was not found, 126 if it could not be run); 4 if CMD had to be stopped\n"
     "because a key was lost, or ran on past one; 3, 6 or 7 if a key could not be\n"
-    "acquired (the message names it); 2 for no key, a key given twice or a bad flag.\n";
+    "acquired (the message names it), 4 if one was lost before CMD started; 2 for\n"
+    "no key, a key given twice, keys too many for CMD's environment (1 MiB) or a\n"
+    "bad flag.\n";
 
 static const char usage_claim[] =
     "usage: lease claim PREFIX --count K --of N [--ttl DUR] [--label TEXT] [--grace DUR]\n"
@@ -64,7 +77,8 @@ static const char usage_claim[] =
     "  --json        log events as JSON lines on stderr (one acquired event per shard)\n"
     "  --pass-store  give CMD the store URL (which may hold a password) as\n"
     "                LEASE_STORE; without it CMD's environment has no LEASE_STORE\n"
-    "exit: as lease hold; 3 if no shard could be claimed (all held by others).\n";
+    "exit: as lease hold; 3 if no shard could be claimed (all held by others); 2 if\n"
+    "K shards would not fit in CMD's environment (LEASE_SHARDS under 128 KiB).\n";
 
 typedef struct {
     cli_run_opts o;
@@ -129,6 +143,10 @@ static int hold_read_keys(hold_opts *h, cli_args *a)
     while (rc == 0 && (len = getline(&line, &size, f)) >= 0) {
         lineno++;
         if (len > 0 && line[len - 1] == '\n')
+            line[--len] = '\0';
+        /* A file written on Windows: CRLF ends the line, the CR is no
+         * part of the key. */
+        if (len > 0 && line[len - 1] == '\r')
             line[--len] = '\0';
         snprintf(where, sizeof(where), "--keys-from line %zu", lineno);
         if (strlen(line) != (size_t)len)
@@ -257,6 +275,58 @@ static int claim_keys(hold_opts *h, cli_args *a)
     return 0;
 }
 
+/* Decimal digits of v. */
+static size_t digits(size_t v)
+{
+    size_t d = 1;
+
+    while (v >= 10) {
+        v /= 10;
+        d++;
+    }
+    return d;
+}
+
+/*
+ * The command's environment for the keys, as cmd_run.c builds it, within
+ * exec's limits: LEASE_COUNT; per grant LEASE_KEY_<i>=KEY and
+ * LEASE_TOKEN_<i>=TOKEN (20 digits at most), and for claim LEASE_SHARD_<i>
+ * and LEASE_SHARDS, each string with its NUL and its pointer. Claim
+ * counts its K grants as long as the longest key. Exit 2 if it is too big.
+ */
+static int hold_env_fits(const hold_opts *h, cli_args *a)
+{
+    size_t n = h->o.want ? h->o.want : h->o.nkeys, d = digits(h->o.nkeys);
+    size_t keymax = 0, keys = 0, shards = 0, total, i;
+
+    for (i = 0; i < h->o.nkeys; i++) {
+        size_t len = strlen(h->o.keys[i]);
+        keys += len;
+        keymax = len > keymax ? len : keymax;
+    }
+    if (h->o.want) {
+        keys = n * keymax;
+        shards = sizeof("LEASE_SHARDS=") + n * (d + 1);
+        if (shards >= HOLD_ENV_STRING_MAX)
+            return cli_usage(a->cmd, "LEASE_SHARDS for %zu shards would take %zu bytes: one "
+                             "variable of the command's environment must be under %zu KiB; "
+                             "claim fewer (--count)", n, shards, HOLD_ENV_STRING_MAX >> 10);
+    }
+    if (sizeof("LEASE_TOKEN_=") + d + 20 + keymax >= HOLD_ENV_STRING_MAX)
+        return cli_usage(a->cmd, "a key is too long for the command's environment");
+    total = sizeof("LEASE_COUNT=") + d + sizeof(char *) + shards + keys +
+            n * (sizeof("LEASE_KEY_=") + sizeof("LEASE_TOKEN_=") + 2 * d + 20 +
+                 2 * sizeof(char *));
+    if (h->o.want)
+        total += n * (sizeof("LEASE_SHARD_=") + 2 * d + sizeof(char *));
+    if (total >= HOLD_ENV_MAX)
+        return cli_usage(a->cmd, "%zu keys would take %zu bytes of the command's environment "
+                         "(LEASE_KEY_<i>, LEASE_TOKEN_<i>...): that must be under %zu KiB; "
+                         "%s fewer", n, total, HOLD_ENV_MAX >> 10,
+                         h->o.want ? "claim" : "hold");
+    return 0;
+}
+
 /* Everything the library would refuse, refused here first: exit 2 before
  * any connection, and nothing acquired. */
 static int hold_check(hold_opts *h, cli_args *a, int claim)
@@ -274,7 +344,7 @@ static int hold_check(hold_opts *h, cli_args *a, int claim)
         if ((rc = hold_no_duplicates(h, a)))
             return rc;
     }
-    if ((rc = cli_check_label(a, h->o.label)))
+    if ((rc = hold_env_fits(h, a)) || (rc = cli_check_label(a, h->o.label)))
         return rc;
     if (h->o.cmd_at < 0 || h->o.cmd_at >= a->argc)
         return cli_usage(a->cmd, "missing the command: lease %s %s -- CMD [ARG...]",

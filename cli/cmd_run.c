@@ -24,6 +24,8 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -73,6 +75,11 @@ static const char usage_elect[] =
     "for lease run (4: CMD was stopped because leadership ended, or ran on past it;\n"
     "130: interrupted while campaigning).\n";
 
+/* Wakes the main loop when authority ends. Both ends non-blocking: a
+ * session may lose all its grants at once (a revoked etcd lease), one
+ * byte each, and its thread must never block on a full pipe (the main
+ * loop joins it after the child exits). A byte is only a wake-up, so a
+ * byte dropped on a full pipe loses nothing. */
 static int lost_pipe[2] = { -1, -1 };
 
 /* Only a write to a pipe: the main loop does the rest. */
@@ -81,9 +88,30 @@ static void notify_lost(int reason)
     char c = reason == LEASE_ELOST ? 'L' : 'S';
 
     if (write(lost_pipe[1], &c, 1) < 0) {
-        /* Nothing to do: the deadline check stops the child anyway. */
+        /* EAGAIN: the pipe is full of wake-ups already; anything else:
+         * the deadline check stops the child anyway. */
     }
 }
+
+/* One grant a session lost, with its own reason. */
+typedef struct {
+    const lease_held *held;
+    int reason;
+    _Atomic int ready; /* set last: held and reason are written */
+} lost_entry;
+
+/*
+ * The grants a session lost, as its thread reports them. There is room
+ * for every grant the session can keep (each is lost once), so the
+ * callback neither allocates nor waits for the main loop, which reads the
+ * entries that are ready, in order.
+ */
+typedef struct {
+    lost_entry *v;
+    size_t cap;
+    _Atomic size_t next; /* slots handed out to callbacks */
+    size_t seen;         /* the main loop's: entries read */
+} lost_record;
 
 static void on_lost(lease_keeper *k, int reason, void *payload)
 {
@@ -101,15 +129,29 @@ static void on_stepdown(lease_election *e, int reason, void *payload)
 
 static void on_session_lost(lease_session *s, lease_held *h, int reason, void *payload)
 {
+    lost_record *r = payload;
+    size_t i = atomic_fetch_add(&r->next, 1);
+
     (void)s;
-    (void)h;
-    (void)payload;
+    if (i < r->cap) {
+        r->v[i].held = h;
+        r->v[i].reason = reason;
+        atomic_store_explicit(&r->v[i].ready, 1, memory_order_release);
+    }
     notify_lost(reason);
 }
 
+/* A grant of a session, and its place in held[]: sorted by address, so
+ * that a loss the session reports finds its grant in log n. */
+typedef struct {
+    const lease_held *held;
+    size_t i;
+} held_index;
+
 /* What the child's authority comes from: a kept lease, a leadership, or
  * the grants of a session (held[0..n), with their shard numbers for
- * claim, and whether each one's loss was logged yet). */
+ * claim, whether each one's loss was logged yet, the losses its thread
+ * reported, and held[] by address). */
 typedef struct {
     lease_keeper *keeper;
     lease_election *election;
@@ -118,6 +160,8 @@ typedef struct {
     size_t *shard;
     unsigned char *lost_logged;
     size_t n;
+    lost_record lost;
+    held_index *index;
 } authority;
 
 /* A session's authority ends with the first of its grants' deadlines. */
@@ -153,14 +197,20 @@ static int auth_valid(const authority *au)
     return au->n > 0;
 }
 
+/* After the session is closed: no callback can run any more. */
 static void auth_free(authority *au)
 {
     free(au->held);
     free(au->shard);
     free(au->lost_logged);
+    free(au->lost.v);
+    free(au->index);
     au->held = NULL;
     au->shard = NULL;
     au->lost_logged = NULL;
+    au->lost.v = NULL;
+    au->lost.cap = 0;
+    au->index = NULL;
     au->n = 0;
 }
 
@@ -259,17 +309,57 @@ static void event_held(const run_log *l, const lease_held *h, const char *name,
     event(&one, name, loud, extra);
 }
 
-/* Each grant of a session newly lost: one "lost" event, once. */
-static void auth_log_lost(const authority *au, const run_log *log, char reason)
+static int cmp_held_index(const void *x, const void *y)
+{
+    uintptr_t a = (uintptr_t)((const held_index *)x)->held;
+    uintptr_t b = (uintptr_t)((const held_index *)y)->held;
+
+    return a < b ? -1 : a > b;
+}
+
+/* held[] by address, once the grants are in place. 0 or LEASE_ENOMEM. */
+static int auth_index(authority *au)
 {
     size_t i;
 
+    if ((au->index = malloc((au->n ? au->n : 1) * sizeof(*au->index))) == NULL)
+        return LEASE_ENOMEM;
     for (i = 0; i < au->n; i++) {
-        if (au->lost_logged[i] || lease_held_state(au->held[i]) != LEASE_KEEPER_LOST)
+        au->index[i].held = au->held[i];
+        au->index[i].i = i;
+    }
+    qsort(au->index, au->n, sizeof(*au->index), cmp_held_index);
+    return 0;
+}
+
+/* Where h is in held[]; n when it is none of them (a grant lost during a
+ * claim is kept by the session but not counted). */
+static size_t auth_find(const authority *au, const lease_held *h)
+{
+    held_index key = { h, 0 }, *found;
+
+    if (au->index == NULL)
+        return au->n;
+    found = bsearch(&key, au->index, au->n, sizeof(*au->index), cmp_held_index);
+    return found ? found->i : au->n;
+}
+
+/* Each grant the session's thread reported lost since the last call: one
+ * "lost" event, once, with the reason the session gave for that grant. */
+static void auth_log_lost(authority *au, const run_log *log)
+{
+    lost_record *r = &au->lost;
+
+    while (r->seen < r->cap &&
+           atomic_load_explicit(&r->v[r->seen].ready, memory_order_acquire)) {
+        const lost_entry *e = &r->v[r->seen++];
+        size_t i = auth_find(au, e->held);
+
+        if (i == au->n || au->lost_logged[i])
             continue;
         au->lost_logged[i] = 1;
         event_held(log, au->held[i], "lost", 1,
-                   json_pack("{s:s}", "reason", reason == 'L' ? "ELOST" : "ESTORE"));
+                   json_pack("{s:s}", "reason", e->reason == LEASE_ELOST ? "ELOST" : "ESTORE"));
     }
 }
 
@@ -301,7 +391,11 @@ static int auth_end(const authority *au, int release, const run_log *log)
         if (r == LEASE_ELOST || (rc == 0 && r < 0))
             rc = r;
     }
-    lease_session_close(au->session, 0);
+    /* What is left was lost. A grant lost for want of an answer may still
+     * be held in the store: close releases it, guarded by owner and token
+     * (a refused one costs nothing), so that its key is free before its
+     * ttl runs out. Its outcome changes nothing here: it was reported. */
+    lease_session_close(au->session, 1);
     return rc;
 }
 
@@ -630,7 +724,9 @@ static int run_lead(authority *au, lease_grant *grant, lease_store *s,
 }
 
 /* hold: one key into the session, waiting at most wait_ms in slices as
- * campaign() does. 1 if interrupted. */
+ * campaign() does. A store failure is retried too while the wait lasts
+ * (an outage may be shorter than the wait), after a pause: it may come
+ * back at once. 1 if interrupted. */
 static int hold_one(lease_held **h, lease_session *se, const char *key, uint64_t wait_ms)
 {
     int64_t end = lease_clock_ns() + (int64_t)wait_ms * 1000000;
@@ -641,8 +737,10 @@ static int hold_one(lease_held **h, lease_session *se, const char *key, uint64_t
         uint64_t slice = left <= 0 ? 0 : left > 200 ? 200 : (uint64_t)left;
 
         rc = lease_session_acquire(h, NULL, se, key, slice, NULL, NULL);
-        if ((rc != LEASE_EBUSY && rc != LEASE_ETIMEOUT) || left <= 200)
+        if ((rc != LEASE_EBUSY && rc != LEASE_ETIMEOUT && rc != LEASE_ESTORE) || left <= 200)
             break;
+        if (rc == LEASE_ESTORE)
+            poll(NULL, 0, 100);
         if (run_interrupted())
             return 1;
     }
@@ -650,35 +748,65 @@ static int hold_one(lease_held **h, lease_session *se, const char *key, uint64_t
     return rc == LEASE_EBUSY && wait_ms > 0 ? LEASE_ETIMEOUT : rc;
 }
 
-/* hold: every key, in order. On a key that cannot be had, the exit code
- * (the message names the key); the caller's close releases the others. */
+static int cmp_key_ptr(const void *x, const void *y)
+{
+    return strcmp(**(char **const *)x, **(char **const *)y);
+}
+
+/* hold: the keys in byte order (strcmp's), so that two holds of the same
+ * keys given in different orders take them in the same order and one of
+ * them waits for the other, instead of each holding a key the other waits
+ * for. NULL when out of memory. */
+static char ***hold_order(const run_opts *o)
+{
+    char ***order = malloc(o->nkeys * sizeof(*order));
+    size_t i;
+
+    if (order == NULL)
+        return NULL;
+    for (i = 0; i < o->nkeys; i++)
+        order[i] = &o->keys[i];
+    qsort(order, o->nkeys, sizeof(*order), cmp_key_ptr);
+    return order;
+}
+
+/* hold: every key, in byte order, each into its place in held[] (the order
+ * given, which LEASE_KEY_<i> keeps). On a key that cannot be had, the exit
+ * code (the message names the key); the caller's close releases the
+ * others. */
 static int session_hold(authority *au, const run_opts *o, const char *cmd)
 {
-    size_t i;
-    int rc;
+    char ***order = hold_order(o);
+    size_t k, i = 0, got = 0;
+    int rc = 0;
 
-    for (i = 0; i < o->nkeys; i++) {
-        rc = hold_one(&au->held[i], au->session, o->keys[i], o->wait_ms);
-        if (rc == 0) {
-            au->n = i + 1;
-            continue;
-        }
-        if (rc == 1) {
-            rc = 130;
-            fprintf(stderr, "lease %s: interrupted while waiting for ", cmd);
-        } else {
-            rc = cli_fail(rc, cmd);
-            fprintf(stderr, "lease %s: could not acquire ", cmd);
-        }
-        cli_put_text(stderr, o->keys[i]);
-        if (au->n == 0)
-            fputs("; no key was acquired before it\n", stderr);
-        else
-            fprintf(stderr, "; releasing the %zu key%s acquired before it\n", au->n,
-                    au->n == 1 ? "" : "s");
-        return rc;
+    if (order == NULL) {
+        fprintf(stderr, "lease %s: out of memory\n", cmd);
+        return EXIT_FAIL;
     }
-    return 0;
+    for (k = 0; k < o->nkeys && rc == 0; k++, got += rc == 0) {
+        i = (size_t)(order[k] - o->keys);
+        rc = hold_one(&au->held[i], au->session, o->keys[i], o->wait_ms);
+    }
+    free(order);
+    if (rc == 0) {
+        au->n = o->nkeys;
+        return 0;
+    }
+    if (rc == 1) {
+        rc = 130;
+        fprintf(stderr, "lease %s: interrupted while waiting for ", cmd);
+    } else {
+        rc = cli_fail(rc, cmd);
+        fprintf(stderr, "lease %s: could not acquire ", cmd);
+    }
+    cli_put_text(stderr, o->keys[i]);
+    if (got == 0)
+        fputs("; no key was acquired before it\n", stderr);
+    else
+        fprintf(stderr, "; releasing the %zu key%s acquired before it\n", got,
+                got == 1 ? "" : "s");
+    return rc;
 }
 
 /* claim: up to `want` of the shards; au->held and au->shard get those held,
@@ -729,9 +857,12 @@ static int run_session(authority *au, lease_store *s, const run_opts *o, const c
         return rc;
     au->held = calloc(o->nkeys, sizeof(*au->held));
     au->lost_logged = calloc(o->nkeys, 1);
+    au->lost.v = calloc(o->nkeys, sizeof(*au->lost.v));
+    au->lost.cap = o->nkeys;
     if (o->want)
         au->shard = calloc(o->nkeys, sizeof(*au->shard));
-    if (au->held == NULL || au->lost_logged == NULL || (o->want && au->shard == NULL)) {
+    if (au->held == NULL || au->lost_logged == NULL || au->lost.v == NULL ||
+        (o->want && au->shard == NULL)) {
         fprintf(stderr, "lease %s: out of memory\n", cmd);
         return EXIT_FAIL;
     }
@@ -739,10 +870,15 @@ static int run_session(authority *au, lease_store *s, const run_opts *o, const c
     so.ttl_ms = o->ttl_ms;
     so.label = o->label;
     so.on_lost = on_session_lost;
+    so.payload = &au->lost;
     sigprocmask(SIG_BLOCK, mask, oldmask);
     if ((rc = lease_session_open(&au->session, s, &so)) < 0)
         return rc;
     rc = o->want ? session_claim(au, o, cmd) : session_hold(au, o, cmd);
+    if (rc == 0 && auth_index(au) < 0) {
+        fprintf(stderr, "lease %s: out of memory\n", cmd);
+        rc = EXIT_FAIL;
+    }
     if (rc != 0) {
         lease_session_close(au->session, 1);
         au->session = NULL;
@@ -831,13 +967,34 @@ static int run_stop_step(run_stop *st, const authority *au, const run_opts *o,
     return timeout_ms < 0 ? 0 : timeout_ms > 50 ? 50 : timeout_ms;
 }
 
+/* Reads the wake-ups waiting in the pipe, many at a time (a session may
+ * have written one per grant): the first one's reason, or 0 if none.
+ * Bounded: a full pipe is drained in a few reads, and what a thread
+ * writes meanwhile wakes the next pass. */
+static char lost_drain(void)
+{
+    char buf[4096], first = 0;
+    ssize_t got;
+    int reads;
+
+    for (reads = 0; reads < 64; reads++) {
+        got = read(lost_pipe[0], buf, sizeof(buf));
+        if (got <= 0)
+            break;
+        if (first == 0)
+            first = buf[0];
+    }
+    return first;
+}
+
 /* Waits for the child, forwarding signals and stopping it in time.
  * Bounded: every pass waits at most 50 ms, and the stop sequence ends the
  * child (SIGKILL cannot be ignored) before the local deadline. */
-static int run_wait(run_stop *st, int sfd, const authority *au,
+static int run_wait(run_stop *st, int sfd, authority *au,
                     const run_opts *o, const run_log *log)
 {
     int status = 0;
+    char c;
 
     for (;;) {
         struct pollfd fds[2] = { { sfd, POLLIN, 0 }, { lost_pipe[0], POLLIN, 0 } };
@@ -845,16 +1002,15 @@ static int run_wait(run_stop *st, int sfd, const authority *au,
 
         if (poll(fds, 2, timeout_ms) < 0 && errno != EINTR)
             break;
-        if (fds[1].revents & POLLIN) {
-            char c = 0;
-            if (read(lost_pipe[0], &c, 1) == 1) {
-                if (au->session)
-                    auth_log_lost(au, log, c);
-                else if (!st->stopped_for_loss)
-                    event(log, "lost", 1, json_pack("{s:s}", "reason",
-                                                    c == 'L' ? "ELOST" : "ESTORE"));
-                st->stopped_for_loss = 1;
-            }
+        if ((fds[1].revents & POLLIN) && (c = lost_drain()) != 0) {
+            /* A session names each grant lost, with its own reason;
+             * a keeper or an election has one lease to lose. */
+            if (au->session)
+                auth_log_lost(au, log);
+            else if (!st->stopped_for_loss)
+                event(log, "lost", 1, json_pack("{s:s}", "reason",
+                                                c == 'L' ? "ELOST" : "ESTORE"));
+            st->stopped_for_loss = 1;
         }
         if (fds[0].revents & POLLIN) {
             struct signalfd_siginfo si;
@@ -940,9 +1096,42 @@ static void log_acquired(const authority *au, const lease_grant *grant, const ru
     }
 }
 
+/*
+ * hold and claim: when the command starts, every grant must still be
+ * valid with more time left than the stop sequence needs, or the command
+ * would start with a stale token (a key taken while `hold --wait` waited
+ * for a later one) or be stopped as soon as it starts. 0, or EXIT_LOST
+ * once the key is named and every grant still held released.
+ */
+static int auth_fresh(authority *au, const run_opts *o, const run_log *log)
+{
+    uint64_t need = o->grace_ms + o->kill_margin_ms;
+    const lease_held *h;
+    size_t i;
+
+    if (au->session == NULL)
+        return 0;
+    auth_log_lost(au, log);
+    for (i = 0; i < au->n; i++) {
+        h = au->held[i];
+        if (lease_held_valid(h) && lease_held_remaining_ms(h) > need)
+            continue;
+        fprintf(stderr, "lease %s: ", log->cmd);
+        cli_put_text(stderr, lease_held_grant(h)->key);
+        fprintf(stderr, " %s before the command could start (it must have more than "
+                "%llu ms left: the grace and the kill margin); releasing the keys, "
+                "the command is not run\n",
+                lease_held_valid(h) ? "had too little time left" : "was lost",
+                (unsigned long long)need);
+        auth_end(au, 1, log);
+        return EXIT_LOST;
+    }
+    return 0;
+}
+
 int cli_run_supervise(cli_globals *g, cli_args *a, cli_run_opts *o)
 {
-    authority au = { NULL, NULL, NULL, NULL, NULL, NULL, 0 };
+    authority au;
     run_log log = { 0, NULL, 0, "run", 0 };
     run_stop st = { 0, 0, 0, 0, 0 };
     char ekey[LEASE_KEY_MAX + 1];
@@ -953,6 +1142,7 @@ int cli_run_supervise(cli_globals *g, cli_args *a, cli_run_opts *o)
     if (g == NULL || a == NULL || o == NULL || (o->keys == NULL && o->key == NULL) ||
         (o->keys && o->nkeys == 0))
         return EXIT_FAIL;
+    memset(&au, 0, sizeof(au));
     snprintf(ekey, sizeof(ekey), "election/%s", o->key ? o->key : "");
     /* run and elect name their one key in every event; hold and claim
      * name each grant's in its own events, the count in the others. */
@@ -966,7 +1156,7 @@ int cli_run_supervise(cli_globals *g, cli_args *a, cli_run_opts *o)
         o->label = o->deflabel;
     }
     /* Close-on-exec, as every descriptor: a child must not write on it. */
-    if (lost_pipe[0] < 0 && pipe2(lost_pipe, O_CLOEXEC) != 0) {
+    if (lost_pipe[0] < 0 && pipe2(lost_pipe, O_CLOEXEC | O_NONBLOCK) != 0) {
         perror("lease run: pipe");
         return EXIT_FAIL;
     }
@@ -977,6 +1167,10 @@ int cli_run_supervise(cli_globals *g, cli_args *a, cli_run_opts *o)
     log.token = grant.token;
     log.count = au.n;
     log_acquired(&au, &grant, &log);
+    if ((rc = auth_fresh(&au, o, &log))) {
+        auth_free(&au);
+        return rc;
+    }
     run_sigmask(&mask);
     sfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
     st.child = sfd < 0 ? -1 : run_spawn(a->argv + o->cmd_at, &au, &grant, o, g, &oldmask);

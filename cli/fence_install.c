@@ -227,11 +227,41 @@ static void shown_url(fence_url *u)
              v6 ? "]" : "", u->port, u->db);
 }
 
-/* redis://[user[:password]@]host[:port][/db][?query] */
+/*
+ * The user info, when the URL has an '@'. Readers of URLs disagree on
+ * where it ends (the first '@', the last, the first '/' or '?'), and a
+ * split other than ours would show part of the password as a host, a path
+ * or a parameter in a message. So, as the store's own parser does, only
+ * the form every reader splits alike: one '@', with no '/' or '?' before
+ * it; the messages quote nothing of the URL.
+ */
+static int parse_userinfo(fence_url *u, const char **auth, char *err, size_t errsz)
+{
+    const char *a = *auth, *at = strrchr(a, '@'), *colon;
+
+    if (at == NULL)
+        return 0;
+    if (memchr(a, '@', (size_t)(at - a)) != NULL)
+        return say(err, errsz, LEASE_EINVALID, "the redis URL has more than one '@': "
+                   "write an '@' in a user name or password as %%40");
+    if (strcspn(a, "/?") < (size_t)(at - a))
+        return say(err, errsz, LEASE_EINVALID, "the redis URL has an '@' after a '/' or "
+                   "'?': write '@', '/' and '?' in a user name or password as %%40, "
+                   "%%2F and %%3F");
+    colon = memchr(a, ':', (size_t)(at - a));
+    u->user = decode(a, (size_t)((colon ? colon : at) - a));
+    if (colon)
+        u->password = decode(colon + 1, (size_t)(at - colon - 1));
+    if (u->user == NULL || (colon && u->password == NULL))
+        return say(err, errsz, LEASE_EINVALID, "bad %% escape in the redis URL's user info");
+    *auth = at + 1;
+    return 0;
+}
+
+/* redis://[user:password@]host[:port][/db][?query] */
 static int parse_url(fence_url *u, const char *url, char *err, size_t errsz)
 {
-    const char *auth, *at, *rest, *q;
-    size_t alen;
+    const char *auth, *rest, *q;
     int rc;
 
     if (strncasecmp(url, "rediss://", 9) == 0)
@@ -240,21 +270,9 @@ static int parse_url(fence_url *u, const char *url, char *err, size_t errsz)
     if (strncasecmp(url, "redis://", 8) != 0)
         return say(err, errsz, LEASE_EINVALID, "fence-install takes a redis:// URL");
     auth = url + 8;
-    alen = strcspn(auth, "/?");
-    rest = auth + alen;
-    at = NULL;
-    for (q = auth; q < rest; q++) /* the last '@': a password may hold one, escaped or not */
-        if (*q == '@')
-            at = q;
-    if (at != NULL) {
-        const char *colon = memchr(auth, ':', (size_t)(at - auth));
-        u->user = decode(auth, colon ? (size_t)(colon - auth) : (size_t)(at - auth));
-        if (colon)
-            u->password = decode(colon + 1, (size_t)(at - colon - 1));
-        if (u->user == NULL || (colon && u->password == NULL))
-            return say(err, errsz, LEASE_EINVALID, "bad %% escape in the redis URL's user info");
-        auth = at + 1;
-    }
+    if ((rc = parse_userinfo(u, &auth, err, errsz)) < 0)
+        return rc;
+    rest = auth + strcspn(auth, "/?");
     if ((rc = parse_host(u, auth, (size_t)(rest - auth), err, errsz)) < 0)
         return rc;
     if (*rest == '/' && rest[1] != '\0' && rest[1] != '?') {
@@ -268,6 +286,12 @@ static int parse_url(fence_url *u, const char *url, char *err, size_t errsz)
     q = strchr(rest, '?');
     if (q != NULL && (rc = parse_query(u, q + 1, err, errsz)) < 0)
         return rc;
+    /* AUTH with a user name takes a password: without one, the server
+     * would be used as the default user, which is not what was asked. */
+    if (u->user && *u->user && u->password == NULL)
+        return say(err, errsz, LEASE_EINVALID, "the redis URL names a user without a "
+                   "password: a user needs a password (user:password@, or "
+                   "?password_file=PATH)");
     shown_url(u);
     return 0;
 }

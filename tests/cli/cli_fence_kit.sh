@@ -10,7 +10,9 @@
 # the URL, --store, $LEASE_STORE, --from FILE), after which FCALL
 # lease_fence_set accepts a token and refuses an older one; a wrong
 # password exits 6 and is printed nowhere, nor left in /proc/PID/cmdline;
-# a bad URL exits 2. In a build without the Redis store, fence-install
+# a bad URL exits 2, among them one with more than one '@' or an '@' after
+# a '/' or '?' (no piece of its password printed) and one with a user but
+# no password. In a build without the Redis store, fence-install
 # exits 1 and says so.
 #
 # A server URL that is not set skips its part, except under CI=true, where
@@ -139,6 +141,24 @@ if has_store redis; then
     call "$LEASE" fence-install "redis://127.0.0.1:1" "redis://u:second-secret@127.0.0.1:2"
     expect_error 2 "fence-install with two URLs"
     assert_not_contains "$ERR" "second-secret" "the second URL's password is not quoted"
+    # A URL whose '@' readers would split in different places: refused,
+    # and no piece of its password in any message (split at a '/' or '?',
+    # the password's tail would look like a path or a parameter).
+    PW1="kit-pw-$$-$RANDOM" PW2="kit-tail-$$-$RANDOM"
+    for url in "redis://u:4321?$PW2@127.0.0.1:1" "redis://u:$PW1?$PW2@127.0.0.1:1" "redis://u:$PW1/$PW2@127.0.0.1:1" \
+        "redis://u:$PW1@$PW2@127.0.0.1:1" "redis://u:$PW1@127.0.0.1:1/0?prefix=$PW2@x"; do
+        call "$LEASE" fence-install "$url"
+        expect_error 2 "fence-install with an '@' that readers split differently"
+        assert_contains "$ERR" "'@'" "the message says what is wrong with the '@'"
+        assert_not_contains "$OUT$ERR" "$PW1" "the password in stdout or stderr"
+        assert_not_contains "$OUT$ERR" "$PW2" "a piece of the password in stdout or stderr"
+    done
+    call "$LEASE" fence-install "redis://app@127.0.0.1:1"
+    expect_error 2 "fence-install with a user and no password"
+    assert_contains "$ERR" "a user needs a password" "says why, rather than skipping AUTH"
+    call "$LEASE" fence-install "redis://:$PW1%40x@127.0.0.1:1/0?bogus=1"
+    expect_error 2 "fence-install with a password (an escaped '@' in it) and a bad parameter"
+    assert_not_contains "$OUT$ERR" "$PW1" "the escaped password in stdout or stderr"
     call "$LEASE" fence-install --from
     expect_error 2 "fence-install --from without a value"
     call "$LEASE" fence-install --help

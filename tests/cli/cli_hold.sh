@@ -3,8 +3,11 @@
 # one command: the child's environment (LEASE_COUNT, LEASE_KEY_<i>,
 # LEASE_TOKEN_<i>, LEASE_SHARDS, LEASE_SHARD_<i>; no LEASE_KEY nor
 # LEASE_TOKEN), all or nothing when a key is busy, usage errors before any
-# acquire, --keys-from, claim around another owner's shards, and the
-# command stopped (exit 4) when one of its grants is taken behind its back.
+# acquire (keys too many for the command's environment among them),
+# --keys-from (CRLF too), claim around another owner's shards, the command
+# stopped (exit 4) when one of its grants is taken behind its back, keys
+# acquired in byte order, a key lost while --wait waits for a later one
+# (exit 4, the command never started), and --wait through a store failure.
 #
 # No assertion here is about durations: waits are bounded loops on what the
 # store or the tool's events say.
@@ -17,6 +20,12 @@ OWNER_B=6f1c2b7e-1d2a-4c3b-9e8f-0a1b2c3d4e5f
 
 file_has() {
     grep -q "$2" "$1" 2>/dev/null
+}
+
+# lib_lost FILE: the library logged a grant lost (its JSON lines carry a
+# "level"; the tool's own events do not).
+lib_lost() {
+    grep '"level"' "$1" 2>/dev/null | grep -q '"lost"'
 }
 
 # held_keys PREFIX: the keys under PREFIX held now, sorted, one per line.
@@ -240,5 +249,72 @@ assert_eq "$(ev "$T/g.err" '[.[] | select(.event == "released") | .key] | join("
 assert_eq "$(held_keys g/)" "g/2" "afterwards only the other owner's g/2 is held"
 call "$LEASE" show g/2 --json
 assert_eq "$(jget "$OUT" .owner)" "$OWNER_B" "g/2 is the other owner's (the lost grant released nothing)"
+
+section "(h) --keys-from a file with CRLF line ends: the CR is no part of the key"
+printf 'h/1\r\nh/2\r\n\r\n' >"$T/h.keys"
+call "$LEASE" hold --keys-from "$T/h.keys" -- sh -c 'printf "%s|%s|%s" "$LEASE_COUNT" "$LEASE_KEY_0" "$LEASE_KEY_1"'
+expect_rc 0 "hold --keys-from a CRLF file"
+assert_eq "$OUT" "2|h/1|h/2" "the keys without their CR (and the CRLF blank line skipped)"
+assert_eq "$("$LEASE" ls h/ --json 2>/dev/null | jq -r '[.[].key] | sort | join(" ")' 2>/dev/null)" \
+    "h/1 h/2" "the store has h/1 and h/2, nothing with a CR"
+
+section "(i) keys too many for the command's environment: exit 2, nothing acquired"
+seq 1 20000 | sed 's/^/c\/a-key-of-some-length-/' >"$T/i.keys"
+usage_case "hold of 20000 keys (over 1 MiB of environment)" hold --keys-from "$T/i.keys" -- true
+assert_contains "$ERR" "1024 KiB" "the message names the limit"
+usage_case "claim of 30000 shards (LEASE_SHARDS over 128 KiB)" claim c --count 30000 --of 30000 -- true
+assert_contains "$ERR" "128 KiB" "the message names the limit of one variable"
+call "$LEASE" claim i --count 3 --of 30000 -- sh -c 'echo "$LEASE_COUNT"'
+expect_rc 0 "claim 3 of 30000 shards: within the limits"
+assert_eq "$OUT" 3 "claim of 3 of 30000: 3 shards"
+
+section "(j) hold acquires in byte order, whatever the order given"
+call "$LEASE" hold j/b j/c j/a --json -- sh -c 'echo "$LEASE_KEY_0 $LEASE_KEY_1 $LEASE_KEY_2"'
+expect_rc 0 "hold j/b j/c j/a"
+assert_eq "$OUT" "j/b j/c j/a" "LEASE_KEY_<i> keeps the order given"
+printf '%s\n' "$ERR" >"$T/j.err"
+# Each grant's deadline is its acquire's time plus the ttl: their order
+# is the order of the acquires.
+assert_eq "$(ev "$T/j.err" '[.[] | select(.event == "acquired")] | sort_by(.deadline_ns) | map(.key) | join(" ")')" \
+    "j/a j/b j/c" "the keys were acquired in byte order"
+
+section "(k) a key lost while hold --wait waits for a later one: exit 4, CMD not run"
+call "$LEASE" acquire k/2 --owner "$OWNER_B" --ttl 60s --json
+expect_rc 0 "another owner takes k/2"
+K2_TOKEN=$(jget "$OUT" .token)
+"$LEASE" hold k/1 k/2 --wait 60s --ttl 3s --json -- touch "$T/k.ran" >"$T/k.out" 2>"$T/k.err" &
+HOLD_PID=$!
+bg_register "$HOLD_PID"
+wait_for "k: k/1 held by the hold, waiting for k/2" key_state_is k/1 held
+call "$LEASE" show k/1 --json
+K_OWNER=$(jget "$OUT" .owner)
+K_TOKEN=$(jget "$OUT" .token)
+call "$LEASE" release k/1 --owner "$K_OWNER" --token "$K_TOKEN"
+expect_rc 0 "k/1 released behind the waiting hold's back"
+call "$LEASE" acquire k/1 --owner "$OWNER_B" --ttl 60s
+expect_rc 0 "another owner takes k/1"
+# The session finds k/1 taken at its next renewal and says so (the
+# library's warning, a JSON line with a level); then k/2 is let go.
+wait_for "k: the session saw k/1 lost" lib_lost "$T/k.err"
+call "$LEASE" release k/2 --owner "$OWNER_B" --token "$K2_TOKEN"
+expect_rc 0 "the other owner lets k/2 go"
+wait_exit "$HOLD_PID" hold_rc "lease hold whose first key was lost while it waited"
+assert_eq "$hold_rc" 4 "exit 4: a key was lost before the command started"
+assert_eq "$(ev "$T/k.err" '[.[] | select(.event == "started")] | length')" 0 \
+    "no started event: the command was not run"
+assert_no_file "$T/k.ran" "the command did not run"
+assert_contains "$(cat "$T/k.err")" "k/1 was lost before the command could start" \
+    "the message names the lost key"
+assert_eq "$(ev "$T/k.err" '[.[] | select(.event == "lost") | "\(.key) \(.reason)"] | join(",")')" \
+    "k/1 ELOST" "one lost event: k/1, with its own reason"
+assert_eq "$(held_keys k/)" "k/1" "afterwards only the other owner's k/1 is held (k/2 released)"
+
+section "(l) hold --wait through a store failure: retried while the wait lasts"
+start_locker "$DB" 3
+call "$LEASE" --timeout 300ms hold l/1 --wait 30s -- touch "$T/l.ran"
+expect_rc 0 "hold --wait 30s while the database is locked for 3 s"
+assert_file "$T/unlocked" "the hold ended after the lock was dropped"
+assert_file "$T/l.ran" "the command ran"
+wait_exit "$LOCKER" locker_rc "the sqlite3 locker"
 
 finish

@@ -2,7 +2,7 @@
  * fence_http_service.c - a tiny HTTP service that keeps its own state and
  * fences every write itself, with lease_fence_local.
  *
- *   usage: fence_http_service [--port N] [--marks FILE]
+ *   usage: fence_http_service [--port N] [--marks FILE] [--unfenced]
  *
  *   PUT /data/NAME   body: the value. Headers:
  *                      Lease-Key: <key>      the lease the writer holds
@@ -25,7 +25,9 @@
  *
  * It listens on 127.0.0.1 only (port 0, the default: any free port) and
  * prints "listening on 127.0.0.1:PORT" once it accepts connections. The
- * values live in memory; --marks FILE keeps the marks in a file (a service
+ * values live in memory; --unfenced accepts every write without a check
+ * (the control run: what a service without the fence lets through);
+ * --marks FILE keeps the marks in a file (a service
  * whose data outlives the process must keep its marks as long). SIGINT or
  * SIGTERM stops it. It uses the public API only.
  */
@@ -53,6 +55,7 @@ typedef struct item {
 } item;
 
 static lease_fence_local *fence;
+static int unfenced; /* --unfenced: the control, no check at all */
 static item *items;
 /* The check and the write it guards, as one step: a check that passed must
  * not be overtaken by a newer writer before its own write lands. */
@@ -149,11 +152,11 @@ static enum MHD_Result handle_put(struct MHD_Connection *c, const char *name, up
         return reply(c, MHD_HTTP_BAD_REQUEST,
                      "missing or bad Lease-Token header: 1 .. 2^63-1\n");
     pthread_mutex_lock(&write_mu);
-    if ((it = find(name)) != NULL && strcmp(it->key, key) != 0) {
+    if (!unfenced && (it = find(name)) != NULL && strcmp(it->key, key) != 0) {
         pthread_mutex_unlock(&write_mu);
         return reply(c, MHD_HTTP_CONFLICT, "%s is fenced by another lease key\n", name);
     }
-    rc = lease_fence_local_check(&mark, fence, key, token);
+    rc = unfenced ? 0 : lease_fence_local_check(&mark, fence, key, token);
     if (rc == 0 && store_value(name, key, u, token) < 0)
         rc = LEASE_ENOMEM;
     pthread_mutex_unlock(&write_mu);
@@ -244,7 +247,7 @@ static void request_done(void *cls, struct MHD_Connection *c, void **state,
 
 static int usage(void)
 {
-    fprintf(stderr, "usage: fence_http_service [--port N] [--marks FILE]\n");
+    fprintf(stderr, "usage: fence_http_service [--port N] [--marks FILE] [--unfenced]\n");
     return 2;
 }
 
@@ -266,6 +269,8 @@ int main(int argc, char **argv)
                 return usage();
         } else if (strcmp(argv[i], "--marks") == 0 && i + 1 < argc) {
             marks = argv[++i];
+        } else if (strcmp(argv[i], "--unfenced") == 0) {
+            unfenced = 1;
         } else {
             return usage();
         }

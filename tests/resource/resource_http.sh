@@ -49,5 +49,20 @@ assert_eq "$(put keys/two 1 intruder)" 409 "a write under another key refused"
 assert_contains "$(cat "$T/put.body")" "fenced by another lease key" "the 409 says why"
 assert_eq "$(curl -sS --max-time 10 "http://127.0.0.1:$PORT/data/owned")" first \
     "the value written under keys/one stands"
+assert_eq "$(put keys/one 3 stale)" 409 "an older token refused"
+kill "$SVC" 2>/dev/null; wait "$SVC" 2>/dev/null
+
+# The control: the same service without its check lets the older token's
+# write overwrite the newer one's, which is what the fence is for.
+: >"$T/svc.out"
+"$SERVICE" --unfenced >"$T/svc.out" 2>"$T/svc.err" &
+SVC=$!
+bg_register "$SVC"
+wait_for "the unfenced service listens" grep -q '^listening on 127.0.0.1:' "$T/svc.out"
+PORT=$(sed -nE 's/^listening on 127\.0\.0\.1:([0-9]+)$/\1/p' "$T/svc.out")
+assert_eq "$(put keys/one 5 newer)" 200 "control: the newer token's write"
+assert_eq "$(put keys/one 3 stale)" 200 "control: the older token's write gets in"
+assert_eq "$(curl -sS --max-time 10 "http://127.0.0.1:$PORT/data/owned")" stale \
+    "control: the stale write overwrote the newer value"
 kill "$SVC" 2>/dev/null; wait "$SVC" 2>/dev/null
 finish

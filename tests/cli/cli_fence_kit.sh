@@ -176,28 +176,7 @@ section "fence-install: a server that is not there, or never answers"
 pick_port || die "no free port"
 call "$LEASE" fence-install "redis://127.0.0.1:$PORT"
 expect_error 6 "fence-install to a closed port"
-cat >"$T/mute.py" <<'EOF'
-import socket, sys, time, os
-s = socket.socket()
-s.bind(("127.0.0.1", 0))
-s.listen(16)
-open(sys.argv[1] + ".tmp", "w").write(str(s.getsockname()[1]))
-os.rename(sys.argv[1] + ".tmp", sys.argv[1])
-conns = []
-end = time.time() + 60
-s.settimeout(0.2)
-while time.time() < end:
-    try:
-        c, _ = s.accept()
-        conns.append(c)
-        open(sys.argv[2], "w").close()
-    except socket.timeout:
-        pass
-EOF
-python3 "$T/mute.py" "$T/mute.port" "$T/mute.accepted" &
-bg_register $!
-wait_for "the silent server listens" test -s "$T/mute.port"
-MPORT=$(cat "$T/mute.port")
+start_mute_server
 SECRET="kit-secret-$$-$RANDOM"
 "$LEASE" fence-install "redis://app:$SECRET@127.0.0.1:$MPORT/0" >"$T/mute.out" 2>"$T/mute.err" &
 pid=$!

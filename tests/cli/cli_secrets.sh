@@ -104,29 +104,7 @@ kill -TERM "$AGENT"
 wait_exit "$AGENT" rc "agent"
 
 section "a process still connecting (fake Redis that never answers)"
-cat >"$T/mute.py" <<'EOF'
-import socket, sys, time, os
-s = socket.socket()
-s.bind(("127.0.0.1", 0))
-s.listen(16)
-open(sys.argv[1] + ".tmp", "w").write(str(s.getsockname()[1]))
-os.rename(sys.argv[1] + ".tmp", sys.argv[1])
-conns = []
-end = time.time() + 60
-s.settimeout(0.2)
-while time.time() < end:
-    try:
-        c, _ = s.accept()
-        conns.append(c)
-        open(sys.argv[2], "w").close()
-    except socket.timeout:
-        pass
-EOF
-python3 "$T/mute.py" "$T/mute.port" "$T/mute.accepted" &
-MUTE=$!
-bg_register "$MUTE"
-wait_for "the fake Redis listens" test -s "$T/mute.port"
-MPORT=$(cat "$T/mute.port")
+start_mute_server
 for form in "--store redis://user:hunter2@127.0.0.1:$MPORT/0" \
     "--store=redis://:hunter2@127.0.0.1:$MPORT"; do
     rm -f "$T/mute.accepted"

@@ -398,3 +398,33 @@ finish() {
     echo "$TEST_NAME: all $CHECKS checks passed"
     exit 0
 }
+
+# start_mute_server: a TCP server on a free loopback port that accepts
+# connections and never answers (60 s at most), for a client caught while
+# it waits. Sets MPORT and MUTE (its pid); each accepted connection touches
+# $T/mute.accepted.
+start_mute_server() {
+    cat >"$T/mute.py" <<'PYEOF'
+import socket, sys, time, os
+s = socket.socket()
+s.bind(("127.0.0.1", 0))
+s.listen(16)
+open(sys.argv[1] + ".tmp", "w").write(str(s.getsockname()[1]))
+os.rename(sys.argv[1] + ".tmp", sys.argv[1])
+conns = []
+end = time.time() + 60
+s.settimeout(0.2)
+while time.time() < end:
+    try:
+        c, _ = s.accept()
+        conns.append(c)
+        open(sys.argv[2], "w").close()
+    except socket.timeout:
+        pass
+PYEOF
+    python3 "$T/mute.py" "$T/mute.port" "$T/mute.accepted" &
+    MUTE=$!
+    bg_register "$MUTE"
+    wait_for "the silent server listens" test -s "$T/mute.port"
+    MPORT=$(cat "$T/mute.port")
+}

@@ -77,6 +77,7 @@ enum {
     ST_CHECK_HOLDER,
     ST_DATA_PUT,
     ST_DATA_GET,
+    ST_ANNOUNCE,     /* only with a waiting_until column */
     ST_HISTORY,      /* these two only with a usable history table */
     ST_HISTORY_LOST,
     ST_COUNT
@@ -108,6 +109,7 @@ static const struct {
     [ST_CHECK_HOLDER] = { 3, { T_TEXT, T_UUID, T_INT8 } },
     [ST_DATA_PUT] = { 5, { T_TEXT, T_UUID, T_INT8, T_TEXT, T_BYTEA } },
     [ST_DATA_GET] = { 1, { T_TEXT } },
+    [ST_ANNOUNCE] = { 2, { T_TEXT, T_INTERVAL } },
     [ST_HISTORY] = { 2, { T_TEXT, T_INT8 } },
     [ST_HISTORY_LOST] = { 3, { T_TEXT, T_UUID, T_INT8 } },
 };
@@ -122,6 +124,7 @@ typedef struct {
     char *history_table;
     char *history_why;     /* why there is no history; NULL when there is */
     int tokens;            /* LEASE__TOKENS_CLOCK or LEASE__TOKENS_COUNTER */
+    int has_wait;          /* the lease table has waiting_until */
     char *sql[ST_COUNT];
     int prepared;          /* statements prepared on this connection */
     int listening;
@@ -672,8 +675,17 @@ static char *lease_upsert(const pg_store *s, int has_label, int has_ttl, int his
         token = pg_fmt("CASE WHEN l.owner_id = EXCLUDED.owner_id "
                        "AND l.lease_until > clock_timestamp() THEN l.fencing_token "
                        "ELSE %s END", next);
+    /* A new grant clears the waiters' announcements: whoever still waits
+     * was woken by the release before it (or found the key free) and,
+     * busy again, announces itself again, after this grant. A holder's
+     * retry keeps them: they wait for its release. */
     if (token)
-        token_set = holder ? pg_fmt(", holder_token = %s", token) : strdup("");
+        token_set = pg_fmt("%s%s%s", holder ? ", holder_token = " : "",
+                           holder ? token : "",
+                           s->has_wait ? ", waiting_until = CASE WHEN l.owner_id = "
+                                         "EXCLUDED.owner_id AND l.lease_until > "
+                                         "clock_timestamp() THEN l.waiting_until END"
+                                       : "");
     if (token_set)
         sql = pg_fmt(
             "INSERT INTO %s AS l (resource_key, owner_id, lease_until, fencing_token%s%s%s) "
@@ -722,27 +734,36 @@ static char *sql_acquire(const pg_store *s, int has_label, int has_ttl)
  *      token is a leftover of a lease table dropped and made anew
  *      (tokens restarted) or of another lease table sharing this
  *      history: replaced;
- *   k  the oldest token to keep: the (KEEP-1)-th newest below the new
- *      one (with the new one, KEEP in all). By rank, not by arithmetic:
- *      clock tokens jump by millions, and a table shared by both kinds
- *      of tokens mixes steps of 1 with such jumps. NULL with no older
- *      entry. It reads the statement's snapshot, which never shows the
- *      row `h` inserts;
- *   e  grants before it (from k on) still unended: the previous one expired at
- *      its lease_until (or was released by the reference SQL,
- *      which leaves owner_id NULL and writes no history); older ones
- *      (grants made by SQL that keeps no history came in between) at
- *      a time unknown. An UPDATE sees the statement's snapshot: if
- *      the previous grant committed after it was taken and expired
- *      before the row lock came (a ttl shorter than this statement),
- *      its entry is not found here; it reads expired all the same
- *      (the core checks held entries) and the next grant marks it,
- *      without a time;
- *   p  prunes the entries below k (all but the newest
- *      LEASE_HISTORY_KEEP tokens), and leftovers above the new token.
- * h, e and p touch disjoint rows, as one statement must: e ends what p
- * keeps.
+ *   q  the newest entry before it. Every grant ends the one before it,
+ *      so that is the only one that may still be unended: the previous
+ *      one expired at its lease_until (or was released by the reference
+ *      SQL, which leaves owner_id NULL and writes no history); an older
+ *      one (grants made by SQL that keeps no history came in between)
+ *      at a time unknown. One index probe, where ending every unended
+ *      entry of the key would read them all;
+ *   e  ends it (by a scalar, so an index probe, not a scan of the key's
+ *      entries). An UPDATE sees the statement's snapshot: if the previous
+ *      grant committed after it was taken and expired before the row
+ *      lock came (a ttl shorter than this statement), its entry is not
+ *      found here and stays unended; it reads expired all the same (the
+ *      core checks held entries), without a time, as it would if marked;
+ *   d  deletes leftovers above the new token (one index probe, nothing
+ *      found but after tokens restarted);
+ *   k  only every HISTORY_PRUNE_EVERY-th token (on average, with clock
+ *      tokens, whose low digits are the clock's): the oldest token to
+ *      keep, the (KEEP-1)-th newest below the new one (with the new one,
+ *      KEEP in all). By rank, not by arithmetic: clock tokens jump by
+ *      millions, and a table shared by both kinds of tokens mixes steps of
+ *      1 with such jumps. It reads the statement's snapshot, which never
+ *      shows the row `h` inserts. Ranking a hundred entries on every
+ *      grant cost as much as the rest of the statement;
+ *   p  prunes the entries below k: so a key keeps between KEEP and
+ *      KEEP + HISTORY_PRUNE_EVERY entries, and sql_history reads the
+ *      newest KEEP, exactly what pruning on every grant kept.
+ * h, e, d and p touch disjoint rows, as one statement must.
  */
+#define HISTORY_PRUNE_EVERY 32
+
 static char *sql_acquire_history(const pg_store *s, int has_label, int has_ttl)
 {
     const char *lease_table = s->lease_table, *history_table = s->history_table;
@@ -765,22 +786,29 @@ static char *sql_acquire_history(const pg_store *s, int has_label, int has_ttl)
         "SET owner_id = EXCLUDED.owner_id, holder_label = EXCLUDED.holder_label, "
         "lease_ttl_ms = EXCLUDED.lease_ttl_ms, acquired_at = EXCLUDED.acquired_at, "
         "ended = NULL, ended_at = NULL), "
-        "k AS (SELECT min(x.token) AS token FROM (SELECT h.fencing_token AS token "
-        "FROM %s AS h JOIN g ON h.fencing_token < g.token WHERE h.resource_key = $1 "
-        "ORDER BY h.fencing_token DESC LIMIT %d) AS x), "
+        "q AS MATERIALIZED (SELECT (SELECT x.fencing_token FROM %s AS x "
+        "WHERE x.resource_key = $1 AND x.fencing_token < g.token "
+        "ORDER BY x.fencing_token DESC LIMIT 1) AS token FROM g), "
         "e AS (UPDATE %s AS h SET "
         "ended = CASE WHEN h.fencing_token = o.token AND o.owner IS NULL "
         "THEN 'released' ELSE 'expired' END, "
         "ended_at = CASE WHEN h.fencing_token = o.token AND o.owner IS NOT NULL "
         "AND isfinite(o.until) THEN o.until END "
-        "FROM g CROSS JOIN k LEFT JOIN o ON true "
-        "WHERE h.resource_key = $1 AND h.ended IS NULL "
-        "AND h.fencing_token < g.token AND h.fencing_token >= k.token), "
-        "p AS (DELETE FROM %s AS h USING g, k WHERE h.resource_key = $1 "
-        "AND (h.fencing_token < k.token OR h.fencing_token > g.token)) "
+        "FROM q LEFT JOIN o ON true "
+        "WHERE h.resource_key = $1 AND h.fencing_token = (SELECT token FROM q) "
+        "AND h.ended IS NULL), "
+        "d AS (DELETE FROM %s AS h USING g WHERE h.resource_key = $1 "
+        "AND h.fencing_token > g.token), "
+        "k AS (SELECT (SELECT min(x.token) FROM (SELECT y.fencing_token AS token "
+        "FROM %s AS y WHERE y.resource_key = $1 AND y.fencing_token < g.token "
+        "ORDER BY y.fencing_token DESC LIMIT %d) AS x) AS token "
+        "FROM g WHERE g.token %% %d = 0), "
+        "p AS (DELETE FROM %s AS h USING k WHERE h.resource_key = $1 "
+        "AND h.fencing_token < k.token) "
         "SELECT fencing_token%s FROM a",
-        lease_table, upsert, history_table, history_table, LEASE_HISTORY_KEEP - 1,
-        history_table, history_table,
+        lease_table, upsert, history_table, history_table, history_table,
+        history_table, history_table, LEASE_HISTORY_KEEP - 1, HISTORY_PRUNE_EVERY,
+        history_table,
         s->tokens == LEASE__TOKENS_CLOCK ? ", clock_us" : "");
     free(upsert);
     return sql;
@@ -863,6 +891,13 @@ static char *sql_renew_many_wait(const pg_store *s, int has_label, int has_ttl)
 
 /* The reference release, and a notification for waiters in the same
  * round trip (sent on commit, so only for a release that happened).
+ * With waiting_until, only when a waiter announced itself (sql_announce):
+ * NOTIFY takes a database-wide lock at commit, held through the WAL
+ * flush, so notifying every release would commit releases one at a
+ * time. The row is updated, so the value read is the latest committed
+ * one: a waiter's announcement that committed first is seen (the
+ * release waits for its row lock and reads the new row), and a waiter
+ * that announces after this release finds the key free itself.
  * With a history, the same statement ends the grant's entry; only a
  * release that happened does (FROM r). The reference release accepts
  * the owner of an expired lease nobody took since; if its renew was
@@ -875,15 +910,38 @@ static char *sql_release(const pg_store *s, int has_label, int has_ttl)
         "WITH r AS (UPDATE %s SET owner_id = NULL, "
         "lease_until = '-infinity'::timestamptz%s%s "
         "WHERE resource_key = $1 AND owner_id = $2::uuid AND fencing_token = $3 "
-        "RETURNING resource_key)%s%s%s "
-        "SELECT pg_notify('" NOTIFY_CHANNEL "', resource_key) FROM r",
+        "RETURNING resource_key%s)%s%s%s "
+        "SELECT %spg_notify('" NOTIFY_CHANNEL "', resource_key)%s FROM r",
         s->lease_table, has_label ? ", holder_label = NULL" : "",
         has_ttl ? ", lease_ttl_ms = NULL" : "",
+        s->has_wait ? ", waiting_until" : "",
         history_table ? ", h AS (UPDATE " : "", history_table ? history_table : "",
         history_table ? " AS h SET ended = 'released', ended_at = clock_timestamp() "
                         "FROM r WHERE h.resource_key = $1 AND h.fencing_token = $3 "
                         "AND h.owner_id = $2::uuid "
-                        "AND (h.ended IS NULL OR h.ended = 'expired'))" : "");
+                        "AND (h.ended IS NULL OR h.ended = 'expired'))" : "",
+        s->has_wait ? "CASE WHEN r.waiting_until > clock_timestamp() THEN " : "",
+        s->has_wait ? " END" : "");
+}
+
+/*
+ * A waiter announces itself until $2 from now, on a listening connection,
+ * so that the release notifies. Only while the lease is held, by the
+ * acquire's own test (a lease_until past is free): no row means free,
+ * try again now. The announcement is a row update, so it and a release
+ * of the same row are ordered: either it commits first and the release
+ * reads it, or it waits for the release and then finds the key free.
+ * It expires on its own, so a waiter that crashed costs releases a
+ * notification for one wait at most.
+ */
+static char *sql_announce(const pg_store *s)
+{
+    return pg_fmt(
+        "UPDATE %s AS l SET waiting_until = "
+        "greatest(l.waiting_until, clock_timestamp() + $2::interval) "
+        "WHERE l.resource_key = $1 AND l.lease_until > clock_timestamp() "
+        "RETURNING 1",
+        s->lease_table);
 }
 
 static char *sql_inspect(const pg_store *s, int has_label, int has_ttl)
@@ -955,6 +1013,8 @@ static char *sql_data_get(const pg_store *s)
  * snapshot: expired at its lease_until, or released by SQL that
  * keeps no history (owner_id NULL), time unknown. Any other
  * unended entry stays held, for the core to check with inspect.
+ * The newest LEASE_HISTORY_KEEP at most: the older ones that batched
+ * pruning (sql_acquire_history) has not deleted yet are not shown.
  */
 static char *sql_history(const pg_store *s)
 {
@@ -971,8 +1031,9 @@ static char *sql_history(const pg_store *s)
         "AND l.lease_until <= clock_timestamp() THEN " EPOCH_MS("l.lease_until") " "
         "ELSE 0 END "
         "FROM %s h LEFT JOIN %s l ON l.resource_key = h.resource_key "
-        "WHERE h.resource_key = $1 ORDER BY h.fencing_token DESC LIMIT $2",
-        s->history_table, s->lease_table);
+        "WHERE h.resource_key = $1 ORDER BY h.fencing_token DESC "
+        "LIMIT least($2, %d)",
+        s->history_table, s->lease_table, LEASE_HISTORY_KEEP);
 }
 
 /* A refused renew: lost, unless released. It ended when its lease
@@ -997,7 +1058,7 @@ static char *sql_history_lost(const pg_store *s)
  * lease table's optional columns, `plain` for the others. Acquire has one
  * builder per case; the history's statements exist only with a history.
  */
-enum { ALWAYS, WITHOUT_HISTORY, WITH_HISTORY };
+enum { ALWAYS, WITHOUT_HISTORY, WITH_HISTORY, WITH_WAITING };
 
 static const struct {
     int st;
@@ -1019,6 +1080,7 @@ static const struct {
     { ST_CHECK_HOLDER, ALWAYS, .plain = sql_check_holder },
     { ST_DATA_PUT, ALWAYS, .plain = sql_data_put },
     { ST_DATA_GET, ALWAYS, .plain = sql_data_get },
+    { ST_ANNOUNCE, WITH_WAITING, .plain = sql_announce },
     { ST_HISTORY, WITH_HISTORY, .plain = sql_history },
     { ST_HISTORY_LOST, WITH_HISTORY, .plain = sql_history_lost },
 };
@@ -1033,7 +1095,8 @@ static int build_sql(pg_store *s, int has_label, int has_ttl)
     for (i = 0; i < sizeof(builders) / sizeof(builders[0]); i++) {
         int st = builders[i].st;
 
-        if (builders[i].when == skip)
+        if (builders[i].when == skip ||
+            (builders[i].when == WITH_WAITING && !s->has_wait))
             continue;
         s->sql[st] = builders[i].cols ? builders[i].cols(s, has_label, has_ttl)
                                       : builders[i].plain(s);
@@ -1160,6 +1223,7 @@ static int setup_schema(pg_store *s, int *has_label, int *has_ttl, int64_t end)
     }
     *has_label = PQgetvalue(res, 0, 0)[0] == 't';
     *has_ttl = PQgetvalue(res, 0, 1)[0] == 't';
+    s->has_wait = PQnfields(res) > 2 && PQgetvalue(res, 0, 2)[0] == 't';
     PQclear(res);
     return 0;
 }
@@ -2435,6 +2499,29 @@ static int pg_advisory_txn(lease_store *base, int64_t lock_key, int try_only,
     return finish_txn(s, cb(s->conn, payload), end);
 }
 
+/*
+ * Listening (committed first), announce the wait in the lease row until
+ * the wait ends (sql_announce), so that the release notifies. 1 when the
+ * key is free already: no release will come, try again now.
+ */
+static int pg_announce(pg_store *s, const char *stored, uint64_t timeout_ms)
+{
+    char until[48];
+    const char *v[2] = { stored, until };
+    PGresult *res;
+    int rc, n;
+
+    if (s->sql[ST_ANNOUNCE] == NULL)
+        return 0;
+    ttl_text(until, sizeof(until), timeout_ms);
+    if ((rc = exec_prepared(&res, s, ST_ANNOUNCE, v, NULL, NULL, "announce a wait")) < 0)
+        return rc;
+    rc = pg_want(res, 1, 1, "announce a wait");
+    n = PQntuples(res);
+    PQclear(res);
+    return rc < 0 ? rc : n == 0;
+}
+
 static int pg_wait_release(lease_store *base, const char *key, uint64_t timeout_ms)
 {
     pg_store *s = (pg_store *)base;
@@ -2449,6 +2536,17 @@ static int pg_wait_release(lease_store *base, const char *key, uint64_t timeout_
         if ((rc = pg_command(s, "LISTEN " NOTIFY_CHANNEL, "listen", call_end(s))) < 0)
             return rc;
         s->listening = 1;
+    }
+    if ((rc = pg_announce(s, stored, timeout_ms)) != 0) {
+        /* A failed announce too stops listening (best effort: the error
+         * is the announce's), or every release in the database would pile
+         * up on a connection that may never wait again. */
+        if (rc < 0) {
+            if (s->conn && PQstatus(s->conn) == CONNECTION_OK)
+                (void)pg_unlisten(s);
+            return rc;
+        }
+        return pg_unlisten(s);
     }
     /* Bounded by `end`: each pass polls at most until then. */
     for (;;) {

@@ -411,13 +411,16 @@ static void test_restart_waiting_acquire_and_keeper(void **state)
     lease_history_free(hk);
 }
 
-/* Sessions of other processes idle after a LISTEN (the store's waiters). */
+/* Sessions of other processes idle after a LISTEN (the store's waiters),
+ * or after the announcement a waiter sends once listening (a lease table
+ * with waiting_until). */
 static long long listeners(PGconn *c)
 {
     PGresult *r = PQexec(c, "SELECT count(*) FROM pg_stat_activity "
                             "WHERE datname = current_database() "
                             "AND pid <> pg_backend_pid() AND state = 'idle' "
-                            "AND query ILIKE 'LISTEN%'");
+                            "AND (query ILIKE 'LISTEN%' "
+                            "OR query LIKE '%SET waiting_until = greatest(%')");
     long long n = PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1
                       ? atoll(PQgetvalue(r, 0, 0)) : -1;
 

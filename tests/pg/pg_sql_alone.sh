@@ -35,7 +35,7 @@ sql -v history_table="$S.history" -f "$SQL_DIR/history.sql"
 assert_eq "$(sql -c "SELECT count(*) FROM pg_tables WHERE schemaname = '$S'")" 4 \
     "four tables in the schema"
 assert_eq "$(sql -c "SELECT count(*) FROM information_schema.columns
-    WHERE table_schema = '$S' AND table_name = 'lease'")" 7 "the lease table's 7 columns"
+    WHERE table_schema = '$S' AND table_name = 'lease'")" 8 "the lease table's 8 columns (waiting_until among them)"
 # Run again: IF NOT EXISTS, nothing changes.
 sql -v lease_table="$S.lease" -v fence_table="$S.fence" -v data_table="$S.data" \
     -f "$SQL_DIR/schema.sql"

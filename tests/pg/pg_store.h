@@ -28,6 +28,7 @@ void test_history_table_added_to_old_database(void **state);
 void test_history_without_rights(void **state);
 void test_history_refsql_sql_interleaved(void **state);
 void test_history_table_name_from_url(void **state);
+void test_history_pruned_in_batches(void **state);
 
 /* pg_store_clock.c */
 void test_clock_tokens_follow_the_clock(void **state);
@@ -49,7 +50,11 @@ void test_advisory_txn(void **state);
 void test_wait_notify_wakes_waiter(void **state);
 void test_wait_is_bounded(void **state);
 void test_wait_timeout_stops_listening(void **state);
+void test_wait_notify_only_announced(void **state);
 void test_race_32(void **state);
+
+/* pg_store_trips.c */
+void test_trips_renew_is_one(void **state);
 
 /* pg_store_security.c */
 void test_security_no_password(void **state);

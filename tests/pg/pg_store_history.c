@@ -745,3 +745,47 @@ void test_history_table_name_from_url(void **state)
     free(pw);
     PQfinish(c);
 }
+
+/*
+ * Pruning in batches: the acquire prunes every 32nd token (consecutive
+ * counter tokens here), so a key keeps between LEASE_HISTORY_KEEP and
+ * KEEP + 31 rows, never more, and lease_history() shows exactly the newest
+ * KEEP, as when every grant pruned.
+ */
+void test_history_pruned_in_batches(void **state)
+{
+    enum { GRANTS = LEASE_HISTORY_KEEP + 70 };
+    char key[LEASE_KEY_MAX + 1], owner[LEASE_OWNER_BUFSZ];
+    lease_history_entry *h;
+    lease_grant g;
+    long long rows, most = 0;
+    const char *kv[1];
+    size_t n, i;
+    PGconn *c;
+
+    (void)state;
+    conf_key(key, "history/batches");
+    conf_owner(owner);
+    c = raw_connect(conf_url);
+    kv[0] = key;
+    for (i = 0; i < GRANTS; i++) {
+        g = conf_acquire(key, owner, 30000, NULL);
+        CHECK_RC(0, lease_release(conf_store, &g));
+        rows = raw_ll(c, "SELECT count(*) FROM lease_history WHERE resource_key = $1",
+                      1, kv);
+        if (rows > most)
+            most = rows;
+    }
+    printf("# %d grants: at most %lld history rows for the key, %lld at the end\n",
+           (int)GRANTS, most, rows);
+    ASSERT_I64_OP(most, <=, LEASE_HISTORY_KEEP + 31);
+    ASSERT_I64_OP(rows, >=, LEASE_HISTORY_KEEP);
+    CHECK_RC(0, lease_history(&h, &n, conf_store, key, LEASE_HISTORY_READ_MAX));
+    assert_int_equal(n, LEASE_HISTORY_KEEP);
+    for (i = 0; i < n; i++) {
+        ASSERT_U64_OP(h[i].token, ==, g.token - i);
+        assert_int_equal(h[i].ended, LEASE_ENDED_RELEASED);
+    }
+    lease_history_free(h);
+    PQfinish(c);
+}

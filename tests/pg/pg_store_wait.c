@@ -12,10 +12,13 @@
 /* Sessions of other processes idle after a LISTEN (the store's waiters). */
 static long long listeners(PGconn *c)
 {
+    /* A waiter's last statement is its LISTEN, or, on a lease table with
+     * waiting_until, the announcement it sends once listening. */
     PGresult *r = PQexec(c, "SELECT count(*) FROM pg_stat_activity "
                             "WHERE datname = current_database() "
                             "AND pid <> pg_backend_pid() AND state = 'idle' "
-                            "AND query ILIKE 'LISTEN%'");
+                            "AND (query ILIKE 'LISTEN%' "
+                            "OR query LIKE '%SET waiting_until = greatest(%')");
     long long n = PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1
                       ? atoll(PQgetvalue(r, 0, 0)) : -1;
 
@@ -239,6 +242,145 @@ void test_wait_timeout_stops_listening(void **state)
                  "notifications of unrelated releases reached it after its "
                  "next call (and accumulate in libpq for its lifetime)",
                  p2.pending);
+}
+
+/* ======================================================================
+ * notifying only announced waiters
+ * ====================================================================== */
+
+#define SENTINEL "lease-test-sentinel"
+
+/*
+ * Notifications for `key` that `listener` (listening on lease_release)
+ * got before a sentinel that `other` sends now: notifications arrive in
+ * commit order, so one sent by a release that returned before this call
+ * is always here before the sentinel. No timing involved.
+ */
+static int notified_before_sentinel(PGconn *listener, PGconn *other, const char *key)
+{
+    int64_t end = conf_now_ms() + 20000;
+    int count = 0;
+
+    raw_ok(other, "NOTIFY lease_release, '" SENTINEL "'");
+    for (;;) {
+        struct pollfd p = { PQsocket(listener), POLLIN, 0 };
+        PGnotify *n;
+
+        if (!PQconsumeInput(listener))
+            fail_msg("listener: %s", PQerrorMessage(listener));
+        while ((n = PQnotifies(listener)) != NULL) {
+            int sentinel = strcmp(n->extra, SENTINEL) == 0;
+
+            count += strcmp(n->extra, key) == 0;
+            PQfreemem(n);
+            if (sentinel)
+                return count;
+        }
+        if (conf_now_ms() > end)
+            fail_msg("the sentinel notification did not arrive within 20 s");
+        (void)poll(&p, 1, 200);
+    }
+}
+
+/* Acquire and release `key` on `s`: the notifications it caused. */
+static int cycle_notifies(lease_store *s, PGconn *listener, PGconn *other,
+                          const char *key, const char *owner, const char *announce)
+{
+    lease_acquire_opts o = conf_opts(owner, 30000, NULL, 0);
+    lease_grant g;
+
+    CHECK_RC(0, lease_acquire(&g, NULL, s, key, &o));
+    if (announce)
+        raw_ok(other, announce);
+    CHECK_RC(0, lease_release(s, &g));
+    return notified_before_sentinel(listener, other, key);
+}
+
+/*
+ * On a lease table with waiting_until (made by the store), a release
+ * notifies only when a waiter announced itself and the announcement has
+ * not expired; a new grant clears announcements; a waiter announces
+ * itself. On a table without the column (the reference SQL's), every
+ * release notifies, as before the column existed.
+ */
+void test_wait_notify_only_announced(void **state)
+{
+    char name[13], key[LEASE_KEY_MAX + 1], a[LEASE_OWNER_BUFSZ], b[LEASE_OWNER_BUFSZ];
+    char params[64], sql[512], *url, *v;
+    lease_store *s, *w;
+    lease_acquire_opts o;
+    lease_grant g, g2;
+    PGconn *listener, *other;
+
+    (void)state;
+    pg_rand_name(name);
+    conf_key(key, "notify/announced");
+    conf_owner(a);
+    conf_owner(b);
+    listener = raw_connect(conf_url);
+    other = raw_connect(conf_url);
+    raw_ok(listener, "LISTEN lease_release");
+    snprintf(params, sizeof(params), "lease_table=wn_%s", name);
+    url = url_with(conf_url, params);
+    CHECK_RC(0, lease_store_open(&s, url));
+
+    /* Nobody waits: no notification. */
+    assert_int_equal(cycle_notifies(s, listener, other, key, a, NULL), 0);
+    /* A waiter announced (as sql_announce does): notified. */
+    snprintf(sql, sizeof(sql), "UPDATE wn_%s SET waiting_until = clock_timestamp() "
+             "+ interval '1 minute'", name);
+    assert_int_equal(cycle_notifies(s, listener, other, key, a, sql), 1);
+    /* The announcement outlives that release, but the next grant clears
+     * it: the waiters it stood for were woken. */
+    o = conf_opts(a, 30000, NULL, 0);
+    CHECK_RC(0, lease_acquire(&g, NULL, s, key, &o));
+    snprintf(sql, sizeof(sql), "SELECT (waiting_until IS NULL)::text FROM wn_%s", name);
+    v = raw_scalar(other, sql, 0, NULL);
+    assert_string_equal(v, "true");
+    free(v);
+    CHECK_RC(0, lease_release(s, &g));
+    assert_int_equal(notified_before_sentinel(listener, other, key), 0);
+    /* An expired announcement (a waiter that crashed): no notification. */
+    snprintf(sql, sizeof(sql), "UPDATE wn_%s SET waiting_until = clock_timestamp() "
+             "- interval '1 second'", name);
+    assert_int_equal(cycle_notifies(s, listener, other, key, a, sql), 0);
+
+    /* A waiter that times out announced itself, for about its wait. */
+    o = conf_opts(a, 30000, NULL, 0);
+    CHECK_RC(0, lease_acquire(&g, NULL, s, key, &o));
+    CHECK_RC(0, lease_store_open(&w, url));
+    o = conf_opts(b, 30000, NULL, 300);
+    CHECK_FAIL(LEASE_ETIMEOUT, lease_acquire(&g2, NULL, w, key, &o));
+    lease_store_close(w);
+    snprintf(sql, sizeof(sql), "SELECT (waiting_until > clock_timestamp() - "
+             "interval '1 minute' AND waiting_until < clock_timestamp() + "
+             "interval '1 minute')::text FROM wn_%s", name);
+    v = raw_scalar(other, sql, 0, NULL);
+    assert_string_equal(v, "true");
+    free(v);
+    CHECK_RC(0, lease_release(s, &g));
+    (void)notified_before_sentinel(listener, other, key);
+    lease_store_close(s);
+    free(url);
+
+    /* The reference SQL's table, without the column: every release. */
+    snprintf(sql, sizeof(sql), "CREATE TABLE wo_%s (resource_key text PRIMARY KEY, "
+             "owner_id uuid, lease_until timestamptz NOT NULL DEFAULT "
+             "'-infinity'::timestamptz, fencing_token bigint NOT NULL DEFAULT 0 "
+             "CHECK (fencing_token >= 0))", name);
+    raw_ok(other, sql);
+    snprintf(params, sizeof(params), "lease_table=wo_%s", name);
+    url = url_with(conf_url, params);
+    CHECK_RC(0, lease_store_open(&s, url));
+    assert_int_equal(cycle_notifies(s, listener, other, key, a, NULL), 1);
+    lease_store_close(s);
+    free(url);
+
+    snprintf(sql, sizeof(sql), "DROP TABLE wn_%s, wn_%s_history, wo_%s, wo_%s_history",
+             name, name, name, name);
+    raw_ok(other, sql);
+    PQfinish(listener);
+    PQfinish(other);
 }
 
 /* ======================================================================

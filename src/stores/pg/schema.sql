@@ -8,6 +8,10 @@
 -- optionally schema.table).
 -- holder_label, lease_ttl_ms and holder_token are optional: a lease table
 -- made by the reference SQL without them works, without labels and ttls.
+-- waiting_until is optional too: until when a waiter wants to hear of a
+-- release (waiters set it, acquire clears it); a release notifies only
+-- then. Without it every release notifies, which costs throughput:
+--   ALTER TABLE coordination_lease ADD COLUMN waiting_until timestamptz;
 CREATE TABLE IF NOT EXISTS :lease_table (
     resource_key text PRIMARY KEY,
     owner_id uuid,
@@ -15,7 +19,8 @@ CREATE TABLE IF NOT EXISTS :lease_table (
     fencing_token bigint NOT NULL DEFAULT 0 CHECK (fencing_token >= 0),
     holder_label text,
     lease_ttl_ms bigint,
-    holder_token bigint);
+    holder_token bigint,
+    waiting_until timestamptz);
 CREATE TABLE IF NOT EXISTS :fence_table (
     resource text PRIMARY KEY,
     mark bigint NOT NULL CHECK (mark >= 0));

@@ -26,6 +26,9 @@
  * grant and release, so it cannot miss a grant; its times are the wall
  * clock, since people read them next to other logs.
  *
+ * Waiters on one host are woken by a release through inotify (see "Wake
+ * files" below) rather than by their polling alone.
+ *
  * The SQLite file must not be shared by several hosts (e.g. over NFS):
  * their boot ids and clocks differ and file locking there is unreliable.
  *
@@ -45,7 +48,9 @@
 #include <string.h>
 #include <strings.h>
 #include <time.h>
+#include <poll.h>
 #include <unistd.h>
+#include <sys/inotify.h>
 #include <sys/stat.h>
 #include <sqlite3.h>
 
@@ -90,6 +95,7 @@ enum {
     ST_HIST_RELEASE,
     ST_HIST_LOST,
     ST_HIST_READ,
+    ST_WAIT_HELD,
     ST_COUNT
 };
 
@@ -187,6 +193,8 @@ static const char *const sql[ST_COUNT] = {
         "CASE WHEN l.token = h.token AND l.owner IS NOT NULL THEN " WALL_EXPIRY
         " ELSE 0 END FROM lease_history h LEFT JOIN lease l ON l.key = h.key "
         "WHERE h.key = ?1 ORDER BY h.token DESC LIMIT ?2",
+    /* A waiter's look once its watch is set: is the key still held? */
+    [ST_WAIT_HELD] = "SELECT 1 FROM lease WHERE key = ?1 AND " ALIVE,
 };
 
 typedef struct {
@@ -196,6 +204,9 @@ typedef struct {
     char path[PATH_MAX];
     char boot_id[64];
     int64_t call_deadline; /* lease_clock_ns() at which this call gives up */
+    char wake_dir[PATH_MAX]; /* "<file>-wake", absolute; "" when too long */
+    mode_t wake_mode;        /* the database file's rw bits, for wake files */
+    int wake_fd;             /* inotify, -1 until the first wait */
 } sqlite_store;
 
 /* Every operation (and the open) starts here: the busy waits of all its
@@ -582,6 +593,9 @@ static void sqlite_close(lease_store *base)
     for (i = 0; i < ST_COUNT; i++)
         sqlite3_finalize(s->st[i]);
     sqlite3_close(s->db);
+    if (s->wake_fd >= 0)
+        close(s->wake_fd);
+    s->wake_fd = -1;
 }
 
 #define SQLITE_MEMORY_REFUSED \
@@ -788,6 +802,19 @@ static int sqlite_check_header(sqlite_store *s)
     return 0;
 }
 
+/* Where the wake files of `file` (resolved, absolute) go, and their mode:
+ * the database's own read and write bits, so whoever may release there
+ * may touch them. No wake dir (polling only) when the path is too long. */
+static void sqlite_wake_setup(sqlite_store *s, const char *file)
+{
+    struct stat st;
+    int n = snprintf(s->wake_dir, sizeof(s->wake_dir), "%s-wake", file);
+
+    if (n < 0 || (size_t)n >= sizeof(s->wake_dir) - 4)
+        s->wake_dir[0] = '\0';
+    s->wake_mode = stat(file, &st) == 0 ? (st.st_mode & 0666) | 0600 : 0600;
+}
+
 static int sqlite_open(lease_store *base, const char *url)
 {
     char file[PATH_MAX];
@@ -795,6 +822,7 @@ static int sqlite_open(lease_store *base, const char *url)
     sqlite_store *s = (sqlite_store *)base;
     int rc;
 
+    s->wake_fd = -1;
     if ((rc = sqlite_parse_url(s->path, &sync, url)) < 0 ||
         (rc = sqlite_resolve_path(file, s->path)) < 0 ||
         (rc = sqlite_read_boot_id(s)) < 0 || (rc = sqlite_prepare_file(s->path, file)) < 0)
@@ -816,6 +844,7 @@ static int sqlite_open(lease_store *base, const char *url)
         sqlite_close(&s->parent);
         return rc;
     }
+    sqlite_wake_setup(s, file);
     return 0;
 }
 
@@ -990,6 +1019,210 @@ static int sqlite_renew_many(int *results, uint64_t *granted_ms, lease_store *ba
     return sqlite_commit(s);
 }
 
+/*
+ * Wake files: how a release wakes the waiters of its key on this host.
+ *
+ * Next to the database, the directory "<file>-wake" holds one empty file
+ * per bucket of keys (WAKE_BUCKETS, named by a hash of the key). A waiter
+ * creates its key's file if needed, watches it with inotify, then looks
+ * once more whether the key is held, and sleeps in poll() until the file
+ * is touched or its pause ends. A release touches the file (utimensat,
+ * one syscall, no fsync) after its commit: since the watch is set before
+ * that last look, a release either commits before the look (which then
+ * sees the key free) or touches the file after the watch exists, so no
+ * release falls between the two.
+ *
+ * Nothing here can block anyone: a waiter that dies takes its inotify
+ * descriptor (and with it its watch) to the kernel's grave; a file that
+ * nobody watches costs a release one syscall. When the files cannot be
+ * made or watched (a read-only directory, another user's files, no
+ * inotify left), the waiter sleeps out its pause instead: that is the
+ * polling with backoff of a store without notification, with no error.
+ * Every wait stays bounded by the pause the core gives it, so a lost or
+ * forged touch costs at most one pause, and a spurious one an extra try.
+ * Several keys share a bucket: a release may wake the waiters of another
+ * key, which simply try again.
+ */
+#define WAKE_BUCKETS 256u
+#define WAKE_EVENTS (IN_ATTRIB | IN_MODIFY | IN_CLOSE_WRITE | IN_DELETE_SELF | \
+                     IN_MOVE_SELF)
+
+/* "<wake_dir>/<bucket>" for key into out[size]; -1 without a wake dir. */
+static int sqlite_wake_name(char *out, size_t size, const sqlite_store *s,
+                            const char *key, int with_dir)
+{
+    uint32_t h = 2166136261u; /* FNV-1a: stable across processes and builds */
+    const unsigned char *p;
+    int n;
+
+    if (s->wake_dir[0] == '\0')
+        return -1;
+    for (p = (const unsigned char *)key; *p; p++)
+        h = (h ^ *p) * 16777619u;
+    if (with_dir)
+        n = snprintf(out, size, "%s/%02x", s->wake_dir, (unsigned)(h % WAKE_BUCKETS));
+    else
+        n = snprintf(out, size, "%02x", (unsigned)(h % WAKE_BUCKETS));
+    return n > 0 && (size_t)n < size ? 0 : -1;
+}
+
+/* After a committed release: wake whoever watches key's file. Failure
+ * (no such file: nobody ever waited; not ours to touch) is not an error:
+ * the waiters' polling still finds the key free. */
+static void sqlite_wake(const sqlite_store *s, const char *key)
+{
+    char path[PATH_MAX + 8];
+
+    if (sqlite_wake_name(path, sizeof(path), s, key, 1) == 0)
+        (void)utimensat(AT_FDCWD, path, NULL, AT_SYMLINK_NOFOLLOW);
+}
+
+/* Open (creating it if needed) key's wake file without following a link
+ * planted in its place, as a descriptor on a regular file; -1 if not. */
+static int sqlite_wake_open(const sqlite_store *s, const char *key)
+{
+    mode_t dmode = s->wake_mode | ((s->wake_mode & 0444) >> 2);
+    char name[8];
+    struct stat st;
+    int dir, fd;
+
+    if (sqlite_wake_name(name, sizeof(name), s, key, 0) < 0)
+        return -1;
+    if (mkdir(s->wake_dir, dmode) != 0 && errno != EEXIST)
+        return -1;
+    dir = open(s->wake_dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (dir < 0)
+        return -1;
+    /* The umask narrowed what mkdir and O_CREAT gave: the other users of
+     * the database (a shared group) must be able to create and touch the
+     * files too, as SQLite does for its -wal and -shm files. Only ours. */
+    if (fstat(dir, &st) == 0 && st.st_uid == geteuid() && (st.st_mode & 0777) != dmode)
+        (void)fchmod(dir, dmode);
+    /* O_NONBLOCK: a FIFO put there must not hang the open. */
+    fd = openat(dir, name, O_RDONLY | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC,
+                s->wake_mode);
+    close(dir);
+    if (fd >= 0 && (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))) {
+        close(fd);
+        return -1;
+    }
+    if (fd >= 0 && st.st_uid == geteuid() && (st.st_mode & 0777) != s->wake_mode)
+        (void)fchmod(fd, s->wake_mode);
+    return fd;
+}
+
+/* A watch on key's wake file (its wd), or -1 when waking cannot work here. */
+static int sqlite_wake_watch(sqlite_store *s, const char *key)
+{
+    char proc[64];
+    int fd, wd;
+
+    if (s->wake_dir[0] == '\0' || (fd = sqlite_wake_open(s, key)) < 0)
+        return -1;
+    /* One inotify instance per wait, not per handle: a user has few of
+     * them (128 by default, for all their programs), and a handle that
+     * waited once may live long. */
+    if (s->wake_fd < 0 && (s->wake_fd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC)) < 0) {
+        close(fd);
+        return -1;
+    }
+    /* Through /proc: the watch is on the very file just checked. */
+    snprintf(proc, sizeof(proc), "/proc/self/fd/%d", fd);
+    wd = inotify_add_watch(s->wake_fd, proc, WAKE_EVENTS);
+    close(fd);
+    return wd;
+}
+
+/* Read every queued event; 1 if one is for `wd` (or the queue overflowed,
+ * which may have dropped one). */
+static int sqlite_wake_drain(sqlite_store *s, int wd)
+{
+    union {
+        struct inotify_event ev;
+        char buf[4096];
+    } u;
+    struct inotify_event ev;
+    ssize_t n;
+    size_t off;
+    int hit = 0;
+
+    while ((n = read(s->wake_fd, u.buf, sizeof(u.buf))) > 0) {
+        for (off = 0; off + sizeof(ev) <= (size_t)n; off += sizeof(ev) + ev.len) {
+            memcpy(&ev, u.buf + off, sizeof(ev));
+            if (ev.wd == wd || (ev.mask & IN_Q_OVERFLOW))
+                hit = 1;
+        }
+    }
+    return hit;
+}
+
+/* Is key held right now? An unreadable answer counts as held: the wait
+ * that follows is bounded anyway. */
+static int sqlite_wait_held(sqlite_store *s, const char *key)
+{
+    sqlite3_stmt *st = sqlite_stmt(s, ST_WAIT_HELD);
+    int step;
+
+    sqlite3_bind_text(st, 1, key, -1, SQLITE_STATIC);
+    step = sqlite3_step(st);
+    sqlite3_reset(st);
+    return step != SQLITE_DONE;
+}
+
+/* Sleep in poll() until a touch of `wd` finds key free (0) or `end`
+ * passes (ETIMEOUT). A touch for another key of the bucket, or a key taken
+ * again at once, costs a read, not a write transaction. */
+static int sqlite_wake_poll(sqlite_store *s, const char *key, int wd, int64_t end)
+{
+    struct pollfd p;
+    int64_t left;
+    int n;
+
+    for (;;) {
+        left = end - lease_clock_ns();
+        if (left <= 0)
+            return LEASE_ETIMEOUT;
+        p.fd = s->wake_fd;
+        p.events = POLLIN;
+        p.revents = 0;
+        left = (left + 999999) / 1000000;
+        n = poll(&p, 1, left > INT_MAX ? INT_MAX : (int)left);
+        if (n < 0 && errno != EINTR) {
+            lease__sleep_ns(end - lease_clock_ns());
+            return LEASE_ETIMEOUT;
+        }
+        if (n > 0 && sqlite_wake_drain(s, wd) && !sqlite_wait_held(s, key))
+            return 0;
+    }
+}
+
+/* The wait_release slot: woken by a release of key's bucket, or by the
+ * key found free, within timeout_ms (the core's pause). */
+static int sqlite_wait_release(lease_store *base, const char *key,
+                               uint64_t timeout_ms)
+{
+    sqlite_store *s = (sqlite_store *)base;
+    int64_t end = lease_clock_ns() + (int64_t)timeout_ms * 1000000;
+    int wd, rc;
+
+    if (key == NULL)
+        return lease__seterr(LEASE_EINVALID, "key is NULL");
+    sqlite_call_start(s);
+    if ((wd = sqlite_wake_watch(s, key)) < 0) {
+        if (s->wake_fd >= 0)
+            close(s->wake_fd);
+        s->wake_fd = -1;
+        lease__sleep_ns(end - lease_clock_ns());
+        return LEASE_ETIMEOUT;
+    }
+    /* Events queued before the look are covered by it. */
+    (void)sqlite_wake_drain(s, -2);
+    rc = sqlite_wait_held(s, key) ? sqlite_wake_poll(s, key, wd, end) : 0;
+    close(s->wake_fd);
+    s->wake_fd = -1;
+    return rc;
+}
+
 static int sqlite_release(lease_store *base, const char *key,
                           const char *owner, uint64_t token)
 {
@@ -1014,7 +1247,10 @@ static int sqlite_release(lease_store *base, const char *key,
     sqlite3_bind_text(st, 3, owner, -1, SQLITE_STATIC);
     if ((rc = sqlite_exec_st(s, ST_HIST_RELEASE, "release")) < 0)
         return sqlite_rollback(s, rc);
-    return sqlite_commit(s);
+    if ((rc = sqlite_commit(s)) < 0)
+        return rc;
+    sqlite_wake(s, key);
+    return 0;
 }
 
 /* One row of ST_HIST_READ: token, owner, label, ttl_ms, acquired_ms,
@@ -1321,7 +1557,7 @@ const lease_backend lease__sqlite_backend = {
     .version = LEASE_BACKEND_VERSION,
     .name = "sqlite",
     .schemes = lease__sqlite_schemes,
-    .features = LEASE_FEATURE_TXN | LEASE_FEATURE_RENEW_MANY,
+    .features = LEASE_FEATURE_TXN | LEASE_FEATURE_RENEW_MANY | LEASE_FEATURE_NOTIFY,
     .store_size = sizeof(sqlite_store),
     .open3 = sqlite_open,
     .close = sqlite_close,
@@ -1335,7 +1571,7 @@ const lease_backend lease__sqlite_backend = {
     .guarded_put = sqlite_guarded_put,
     .data_get = sqlite_data_get,
     .guarded_txn = sqlite_guarded_txn,
-    .wait_release = NULL,
+    .wait_release = sqlite_wait_release,
     .renew_many = sqlite_renew_many,
     .set_timeout = NULL, /* each call reads parent.timeout_ms */
     .history = sqlite_history,

@@ -16,7 +16,8 @@
  *
  * Key layout under the prefix P (K a lease key, R a resource, N a name):
  *   P lease/K      value: the owner; attached to an etcd lease with the ttl
- *                  (the grant's own, or a session's shared one: below).
+ *                  (one that no other key of the handle is on: see Pool,
+ *                  below; or a session's shared one: below).
  *                  Its create_revision is the fencing token: the cluster's
  *                  revision when the key was created, strictly increasing.
  *   P meta/K       value: "<ttl_ms>\n<label>", same etcd lease
@@ -32,10 +33,11 @@
  *                  outlives the lease): "<owner>\n<ttl_ms>\n<acquired_ms>
  *                  \n<label>"; its create_revision is the grant's token.
  *                  I is 16 hex digits, unique per grant and known before
- *                  the acquire txn, unlike the token: the grant's own etcd
- *                  lease id, or 64 random bits under a shared lease (which
- *                  many grants have). Nothing reads I: entries are found
- *                  and ordered by their create_revision.
+ *                  the acquire txn, unlike the token: the id of an etcd
+ *                  lease granted for this grant, or 64 random bits under
+ *                  a lease that other grants had or have (the pool's, a
+ *                  session's). Nothing reads I: entries are found and
+ *                  ordered by their create_revision.
  *   P ended/L/K/T  how grant T (20 zero-padded digits) ended:
  *                  "released\n<ms>" or "lost\n<ms>"; no etcd lease
  *   In both, L is K's length in 3 digits: keys may hold any byte but NUL,
@@ -47,6 +49,22 @@
  * the grant reports the TTL etcd actually granted, and the core's local
  * deadline uses that. Renew is a keep-alive of the etcd lease (which
  * restores its granted TTL).
+ *
+ * Pool (plain grants): a release leaves the key's etcd lease idle, with no
+ * key on it, instead of revoking it, and the handle's next acquire of the
+ * same TTL (whole seconds) keeps it alive and attaches its key to it
+ * instead of granting one: a cycle is two raft writes (the acquire and
+ * release txns), not four (grant, txn, txn, revoke). A pooled lease is
+ * lent to one grant at a time, so a key that is not renewed still expires
+ * after its own ttl whatever the handle's other keys do. The keep-alive
+ * is sent after the core read its clock, so the TTL it restores is a lower
+ * bound of the server's expiry from then, as a new grant's; with time to
+ * spare it goes beside the acquire txn, on a second connection
+ * (etcd_pair). A lease whose acquire txn got no answer may carry the key:
+ * it leaves the pool (it expires with the key); so does one that ended
+ * while idle (keep-alive TTL 0), was revoked, or that a renew moved the
+ * key off. POOL_MAX leases (idle or lent), of one process (fork); close
+ * revokes the idle ones within POOL_CLOSE_MS, the rest expire.
  *
  * Sessions (share_lease): the session's handle attaches every key it
  * acquires to one etcd lease of the session's ttl, granted at its first
@@ -109,11 +127,26 @@
 #define PRUNE_MAX 100
 /* "<len>/<key>/<20 digits>" and its NUL. */
 #define HNAME_SZ (LEASE_KEY_MAX + PAD + 8)
+/* etcd leases a handle keeps for reuse by plain grants, idle or in use:
+ * one per grant held at once through the handle is reused, more are
+ * granted (and revoked at release) as before. */
+#define POOL_MAX 16
+/* The most a close spends revoking the idle ones (then they expire). */
+#define POOL_CLOSE_MS 1000
+/* A pooled lease's keep-alive goes beside the acquire txn only when the
+ * lease has this much more than the timeout left. */
+#define PAIR_MARGIN_MS 1000
+/* How etcd_pool_take lent its lease; etcd_pair's answers. */
+enum { TAKE_FRESH, TAKE_KEPT, TAKE_PAIR };
+#define PAIR_AGAIN 1
+#define PAIR_NO_TTL UINT64_MAX
 
 typedef struct {
     lease_store parent;
     CURL *curl;
-    CURLM *multi;                   /* runs s->curl: see etcd_multi_new */
+    CURL *curl2;                    /* a pooled lease's keep-alive beside an
+                                       acquire txn (etcd_pair); NULL until then */
+    CURLM *multi;                   /* runs s->curl and s->curl2: see etcd_multi_new */
     char *endpoints[MAX_ENDPOINTS]; /* "http://host:port" */
     int nendpoints;
     int current;                    /* the endpoint that last answered */
@@ -138,7 +171,19 @@ typedef struct {
     struct shared_rec **rec;        /* hash table of shared_rec, rec_size slots */
     size_t rec_size, rec_count;
     unsigned rec_round;             /* renew_many's pass, for shared_rec.seen */
+    /* Plain grants' etcd leases that this handle granted (see Pool at
+     * the top), valid in process pool_pid only. */
+    struct pool_lease {
+        int64_t id;                 /* 0: a free slot */
+        int64_t ttl_s;              /* the TTL it was asked for: the pool's key */
+        uint64_t granted_ms;        /* the TTL etcd granted, which a keep-alive restores */
+        int64_t refreshed_ns;       /* lease_clock_ns before its last grant or keep-alive */
+        int idle;                   /* no key of this handle is attached to it */
+    } pool[POOL_MAX];
+    pid_t pool_pid;
 } etcd_store;
+
+typedef struct pool_lease pool_lease;
 
 /* One key attached to the handle's shared etcd lease, with the token and
  * owner it was acquired with. */
@@ -366,34 +411,44 @@ static CURLM *etcd_multi_new(void)
     return m;
 }
 
-/* curl_easy_perform, on the store's own multi handle. curl ends the
- * transfer at CURLOPT_TIMEOUT_MS; `hard_end` only guards this loop. */
-static CURLcode etcd_multi_perform(etcd_store *s, int64_t hard_end)
+/* curl_easy_perform of the n (1 or 2) easy handles h at once, on the
+ * store's own multi handle; res[i] is h[i]'s result. curl ends a transfer
+ * at its CURLOPT_TIMEOUT_MS; `hard_end` only guards this loop. */
+static void etcd_multi_run(etcd_store *s, CURL *const *h, CURLcode *res, int n,
+                           int64_t hard_end)
 {
-    CURLcode result = CURLE_OPERATION_TIMEDOUT;
-    int running = 1, done = 0, left;
+    int running = 1, done = 0, added = 0, left, i;
 
-    if (curl_multi_add_handle(s->multi, s->curl) != CURLM_OK)
-        return CURLE_FAILED_INIT;
-    while (!done && lease_clock_ns() < hard_end) {
+    while (added < n && curl_multi_add_handle(s->multi, h[added]) == CURLM_OK)
+        added++;
+    for (i = 0; i < n; i++)
+        res[i] = added == n ? CURLE_OPERATION_TIMEDOUT : CURLE_FAILED_INIT;
+    while (added == n && done < n && lease_clock_ns() < hard_end) {
         CURLMsg *msg;
         CURLMcode mc = curl_multi_perform(s->multi, &running);
 
         while ((msg = curl_multi_info_read(s->multi, &left)) != NULL)
-            if (msg->msg == CURLMSG_DONE && msg->easy_handle == s->curl) {
-                result = msg->data.result;
-                done = 1;
-            }
-        if (mc != CURLM_OK) {
-            result = CURLE_FAILED_INIT;
-            break;
-        }
-        if (!done && curl_multi_poll(s->multi, NULL, 0, 100, NULL) != CURLM_OK) {
-            result = CURLE_FAILED_INIT;
+            for (i = 0; i < n; i++)
+                if (msg->msg == CURLMSG_DONE && msg->easy_handle == h[i]) {
+                    res[i] = msg->data.result;
+                    done++;
+                }
+        if (mc != CURLM_OK ||
+            (done < n && curl_multi_poll(s->multi, NULL, 0, 100, NULL) != CURLM_OK)) {
+            for (i = 0; i < n; i++)
+                res[i] = CURLE_FAILED_INIT;
             break;
         }
     }
-    curl_multi_remove_handle(s->multi, s->curl);
+    for (i = 0; i < added; i++)
+        curl_multi_remove_handle(s->multi, h[i]);
+}
+
+static CURLcode etcd_multi_perform(etcd_store *s, int64_t hard_end)
+{
+    CURLcode result;
+
+    etcd_multi_run(s, &s->curl, &result, 1, hard_end);
     return result;
 }
 
@@ -406,12 +461,10 @@ static int etcd_not_sent(CURLcode c)
 }
 
 /* The options of one request; curl_easy_reset() clears them all. */
-static void etcd_setopts(etcd_store *s, const char *url, struct curl_slist *hdr,
+static void etcd_setopts(etcd_store *s, CURL *c, const char *url, struct curl_slist *hdr,
                          const char *payload, body *b, int64_t left_ms,
                          int64_t connect_ms)
 {
-    CURL *c = s->curl;
-
     curl_easy_reset(c);
     curl_easy_setopt(c, CURLOPT_URL, url);
     curl_easy_setopt(c, CURLOPT_HTTPHEADER, hdr);
@@ -439,16 +492,11 @@ static void etcd_setopts(etcd_store *s, const char *url, struct curl_slist *hdr,
         curl_easy_setopt(c, CURLOPT_SSLKEY, s->key);
 }
 
-/* One request to member idx; *sent tells whether any of it may have
- * reached the member (then it may have been applied). */
-static CURLcode etcd_perform(int *sent, etcd_store *s, int idx, const char *path,
-                             const char *payload, body *b, int64_t left_ms,
-                             int tries_left)
+/* The headers of a request to `path` (NULL when out of memory). */
+static struct curl_slist *etcd_headers(const etcd_store *s, const char *path)
 {
-    char url[512], *auth = NULL;
     struct curl_slist *hdr = curl_slist_append(NULL, "Content-Type: application/json");
-    long request_size = 0;
-    CURLcode cc;
+    char *auth = NULL;
 
     if (hdr && s->token && strcmp(path, "/v3/auth/authenticate") != 0) {
         struct curl_slist *h = NULL;
@@ -461,22 +509,48 @@ static CURLcode etcd_perform(int *sent, etcd_store *s, int idx, const char *path
             hdr = NULL;
         }
     }
+    return hdr;
+}
+
+/* A request of easy handle c ended with cc: may any of it have reached the
+ * member (then it may have been applied)? A member that is down drops the
+ * connection attempt instead of refusing it. Whether a timeout came before
+ * anything was sent is told by the bytes of request sent, not by the
+ * connect time, which is 0 on a reused keep-alive connection too. */
+static int etcd_sent(CURL *c, CURLcode cc)
+{
+    long request_size = 0;
+
+    curl_easy_getinfo(c, CURLINFO_REQUEST_SIZE, &request_size);
+    return !etcd_not_sent(cc) && (cc != CURLE_OPERATION_TIMEDOUT || request_size > 0);
+}
+
+static void etcd_body_reset(body *b)
+{
+    b->len = 0;
+    b->scanned = 0;
+    b->too_large = 0;
+}
+
+/* One request to member idx; *sent tells whether any of it may have
+ * reached the member (then it may have been applied). */
+static CURLcode etcd_perform(int *sent, etcd_store *s, int idx, const char *path,
+                             const char *payload, body *b, int64_t left_ms,
+                             int tries_left)
+{
+    char url[512];
+    struct curl_slist *hdr = etcd_headers(s, path);
+    CURLcode cc;
+
     if (hdr == NULL)
         return CURLE_OUT_OF_MEMORY;
     snprintf(url, sizeof(url), "%s%s", s->endpoints[idx], path);
     /* Leave time for the other members when one does not connect. */
-    etcd_setopts(s, url, hdr, payload, b, left_ms, left_ms / tries_left + 1);
-    b->len = 0;
-    b->scanned = 0;
-    b->too_large = 0;
+    etcd_setopts(s, s->curl, url, hdr, payload, b, left_ms, left_ms / tries_left + 1);
+    etcd_body_reset(b);
     cc = etcd_multi_perform(s, lease_clock_ns() + (left_ms + 2000) * 1000000);
     curl_slist_free_all(hdr);
-    /* A member that is down drops the connection attempt instead of
-     * refusing it. Whether a timeout came before anything was sent is
-     * told by the bytes of request sent, not by the connect time, which
-     * is 0 on a reused keep-alive connection too. */
-    curl_easy_getinfo(s->curl, CURLINFO_REQUEST_SIZE, &request_size);
-    *sent = !etcd_not_sent(cc) && (cc != CURLE_OPERATION_TIMEDOUT || request_size > 0);
+    *sent = etcd_sent(s->curl, cc);
     return cc;
 }
 
@@ -505,14 +579,16 @@ static int etcd_failed(etcd_store *s, CURLcode cc, int sent, int idx,
 /* Type-check what etcd answered (see etcd_check_json, below). */
 static int etcd_check_answer(json_t *j, const char *what);
 
-/* The answer of a request that completed: HTTP status, JSON, types. */
-static int etcd_answer(json_t **out, etcd_store *s, const body *b, const char *what)
+/* The answer of a request of easy handle c that completed: HTTP status,
+ * JSON, types. */
+static int etcd_answer(json_t **out, etcd_store *s, CURL *c, const body *b,
+                       const char *what)
 {
     long status = 0;
     const char *msg;
     int rc;
 
-    curl_easy_getinfo(s->curl, CURLINFO_RESPONSE_CODE, &status);
+    curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
     *out = b->len ? json_loadb(b->data, b->len, 0, NULL) : NULL;
     if (status == 200 && json_is_object(*out) && json_object_get(*out, "error") == NULL) {
         if (etcd_check_answer(*out, what) == 0)
@@ -590,7 +666,7 @@ static int etcd_post(json_t **out, etcd_store *s, const char *path, json_t *req,
     else if (cc != CURLE_OK)
         rc = etcd_failed(s, cc, sent, idx, (lease_clock_ns() - t0) / 1000000, b, what);
     else
-        rc = etcd_answer(out, s, b, what);
+        rc = etcd_answer(out, s, s->curl, b, what);
     free(local.data);
     return rc;
 }
@@ -1017,6 +1093,71 @@ static int etcd_ttl_ms(uint64_t *ms, const etcd_store *s, int64_t ttl, const cha
     return 0;
 }
 
+/* ---- the pool of plain grants' etcd leases ------------------------------- */
+
+/*
+ * The pool is this process's: a child of fork() starts with an empty one
+ * (the parent's leases stay the parent's), since two processes attaching
+ * keys to one etcd lease would keep each other's keys alive.
+ */
+static void etcd_pool_own(etcd_store *s)
+{
+    pid_t pid = getpid();
+
+    if (s->pool_pid != pid) {
+        memset(s->pool, 0, sizeof(s->pool));
+        s->pool_pid = pid;
+    }
+}
+
+static pool_lease *etcd_pool_find(etcd_store *s, int64_t id)
+{
+    int i;
+
+    etcd_pool_own(s);
+    for (i = 0; id != 0 && i < POOL_MAX; i++)
+        if (s->pool[i].id == id)
+            return &s->pool[i];
+    return NULL;
+}
+
+/* The lease leaves the pool (revoked, ended, or a key of unknown fate may
+ * be attached): never reused, it expires by itself or with its key. */
+static void etcd_pool_forget(etcd_store *s, int64_t id)
+{
+    pool_lease *p = etcd_pool_find(s, id);
+
+    if (p)
+        memset(p, 0, sizeof(*p));
+}
+
+/* A new lease of `ttl_ms` in use by a grant: a free slot, else the slot
+ * refreshed longest ago is forgotten (an idle lease then expires by
+ * itself, an attached one is revoked at its release like any other). */
+static void etcd_pool_add(etcd_store *s, int64_t id, uint64_t ttl_ms, uint64_t granted_ms,
+                          int64_t refreshed_ns)
+{
+    pool_lease *p = NULL;
+    int i;
+
+    etcd_pool_own(s);
+    for (i = 0; i < POOL_MAX; i++) {
+        pool_lease *q = &s->pool[i];
+
+        if (q->id == 0) {
+            p = q;
+            break;
+        }
+        if (p == NULL || q->refreshed_ns < p->refreshed_ns)
+            p = q;
+    }
+    p->id = id;
+    p->ttl_s = (int64_t)((ttl_ms + 999) / 1000);
+    p->granted_ms = granted_ms;
+    p->refreshed_ns = refreshed_ns;
+    p->idle = 0;
+}
+
 static int etcd_grant(int64_t *id, uint64_t *granted_ms, etcd_store *s, uint64_t ttl_ms)
 {
     json_t *res;
@@ -1044,6 +1185,7 @@ static void etcd_revoke(etcd_store *s, int64_t id)
     int code = lease_errcode();
     json_t *res = NULL;
 
+    etcd_pool_forget(s, id);
     lease__strlcpy(saved, lease_errmsg(), sizeof(saved));
     if (etcd_call(&res, s, "/v3/lease/revoke", json_pack("{s:I}", "ID", (json_int_t)id),
              "revoke") == 0)
@@ -1052,21 +1194,178 @@ static void etcd_revoke(etcd_store *s, int64_t id)
         lease__seterr(code, "%s", saved);
 }
 
+/* A keep-alive's answer (taken); *ttl_ms 0 when the lease is gone. */
+static int etcd_keepalive_ttl(uint64_t *ttl_ms, etcd_store *s, json_t *res)
+{
+    /* etcd answers a lease that is gone with a TTL of 0 (left out). */
+    int64_t ttl = etcd_jint(json_object_get(res, "result"), "TTL");
+
+    json_decref(res);
+    *ttl_ms = 0;
+    return ttl == 0 ? 0 : etcd_ttl_ms(ttl_ms, s, ttl, "keep-alive");
+}
+
 /* Keep-alive; *ttl_ms 0 when the lease is gone. */
 static int etcd_keepalive(uint64_t *ttl_ms, etcd_store *s, int64_t id)
 {
     json_t *res;
-    int64_t ttl;
     int rc = etcd_call(&res, s, "/v3/lease/keepalive",
                   json_pack("{s:I}", "ID", (json_int_t)id), "keep-alive");
 
-    if (rc < 0)
+    return rc < 0 ? rc : etcd_keepalive_ttl(ttl_ms, s, res);
+}
+
+/* etcd_pair's two transfers ended (cc): the keep-alive's TTL into *ka_ms,
+ * the txn's answer into *res. */
+static int etcd_pair_answers(json_t **res, uint64_t *ka_ms, etcd_store *s, CURL *const *h,
+                             const CURLcode *cc, body *b, int64_t t0)
+{
+    json_t *ka = NULL;
+    long status = 0;
+    int rc, idx = s->current;
+
+    if (cc[1] == CURLE_OK && etcd_answer(&ka, s, h[1], &b[1], "keep-alive") == 0 &&
+        etcd_keepalive_ttl(ka_ms, s, ka) < 0)
+        *ka_ms = PAIR_NO_TTL;
+    if (cc[0] != CURLE_OK) {
+        if (!etcd_sent(h[0], cc[0]))
+            return PAIR_AGAIN;
+        s->current = (idx + 1) % s->nendpoints; /* as etcd_post */
+        return etcd_failed(s, cc[0], 1, idx, (lease_clock_ns() - t0) / 1000000, &b[0],
+                           "acquire");
+    }
+    s->auth_refused = 0;
+    if ((rc = etcd_answer(res, s, h[0], &b[0], "acquire")) == 0)
+        return 0;
+    /* etcd refused the txn, so it was not applied: for an expired auth
+     * token, or for the lease that ended after all. */
+    curl_easy_getinfo(h[0], CURLINFO_RESPONSE_CODE, &status);
+    if (status != 200 && (s->auth_refused ||
+                          (*ka_ms == 0 && strstr(lease_errmsg(), "lease not found"))))
+        return PAIR_AGAIN;
+    return rc;
+}
+
+/*
+ * An idle pooled lease's keep-alive and the acquire txn (taken) that
+ * attaches a key to it, sent at once on two connections to the member that
+ * last answered: one round trip where one after the other takes two. The
+ * txn needs nothing of the keep-alive: the lease outlives both, kept alive
+ * or not (see etcd_pool_take). 0: the txn's answer in *res, the TTL the
+ * keep-alive restored in *ka_ms (0: the lease ended; PAIR_NO_TTL: no
+ * usable answer); PAIR_AGAIN: the txn surely was not applied (not sent,
+ * or refused), and the caller starts over one request at a time, which
+ * fails over to other members and authenticates again; < 0: the txn's
+ * error, its outcome maybe unknown.
+ */
+static int etcd_pair(json_t **res, uint64_t *ka_ms, etcd_store *s, int64_t id, json_t *txn)
+{
+    static const char *const path[2] = { "/v3/kv/txn", "/v3/lease/keepalive" };
+    json_t *ka = json_pack("{s:I}", "ID", (json_int_t)id);
+    char *payload[2], url[512];
+    struct curl_slist *hdr[2];
+    body b[2];
+    CURL *h[2];
+    CURLcode cc[2];
+    int64_t t0 = lease_clock_ns(), left = (s->end_ns - t0) / 1000000;
+    int i, rc = PAIR_AGAIN;
+
+    *res = NULL;
+    *ka_ms = PAIR_NO_TTL;
+    memset(b, 0, sizeof(b));
+    if (s->curl2 == NULL)
+        s->curl2 = curl_easy_init();
+    h[0] = s->curl;
+    h[1] = s->curl2;
+    payload[0] = txn ? json_dumps(txn, JSON_COMPACT) : NULL;
+    payload[1] = ka ? json_dumps(ka, JSON_COMPACT) : NULL;
+    json_decref(txn);
+    json_decref(ka);
+    for (i = 0; i < 2; i++)
+        hdr[i] = etcd_headers(s, path[i]);
+    if (h[1] && payload[0] && payload[1] && hdr[0] && hdr[1] && left > 0) {
+        for (i = 0; i < 2; i++) {
+            snprintf(url, sizeof(url), "%s%s", s->endpoints[s->current], path[i]);
+            etcd_setopts(s, h[i], url, hdr[i], payload[i], &b[i], left,
+                         left / s->nendpoints + 1);
+        }
+        etcd_multi_run(s, h, cc, 2, lease_clock_ns() + (left + 2000) * 1000000);
+        rc = etcd_pair_answers(res, ka_ms, s, h, cc, b, t0);
+    }
+    for (i = 0; i < 2; i++) {
+        free(payload[i]);
+        curl_slist_free_all(hdr[i]);
+        free(b[i].data);
+    }
+    return rc;
+}
+
+/*
+ * The etcd lease a plain grant of `ttl_ms` attaches its key to, with its
+ * full TTL: an idle one of the pool asked with the same TTL, kept alive
+ * (a keep-alive is no raft write, a grant is), or else a new one. The
+ * keep-alive is sent after the core read its clock for the grant's local
+ * deadline, so the TTL it restores may be reported as granted, as a new
+ * lease's. *how: TAKE_FRESH, granted for this grant alone (its id is the
+ * grant's); TAKE_KEPT, kept alive; TAKE_PAIR (with may_pair): not yet
+ * kept alive, the acquire sends the keep-alive beside its txn.
+ */
+static int etcd_pool_take(int64_t *id, uint64_t *granted_ms, int *how, etcd_store *s,
+                          uint64_t ttl_ms, int may_pair)
+{
+    int64_t ttl_s = (int64_t)((ttl_ms + 999) / 1000), now, left_ms;
+    int i, rc;
+
+    etcd_pool_own(s);
+    for (i = 0; i < POOL_MAX; i++) {
+        pool_lease *p = &s->pool[i];
+
+        if (p->id == 0 || !p->idle || p->ttl_s != ttl_s)
+            continue;
+        now = lease_clock_ns();
+        left_ms = ((int64_t)p->granted_ms * 1000000 - (now - p->refreshed_ns)) / 1000000;
+        /* Ran out while idle (by this clock): not worth a request. */
+        if (left_ms <= 0) {
+            memset(p, 0, sizeof(*p));
+            continue;
+        }
+        /* Outlives the call by far, kept alive or not: its keep-alive may
+         * go beside the acquire txn (etcd_pair), in use meanwhile. */
+        if (may_pair && left_ms > (int64_t)s->parent.timeout_ms + PAIR_MARGIN_MS) {
+            *id = p->id;
+            *granted_ms = p->granted_ms;
+            p->idle = 0;
+            *how = TAKE_PAIR;
+            return 0;
+        }
+        /* Out of the pool while unanswered: nothing is attached to it, so
+         * a keep-alive that failed leaves a lease that expires by itself. */
+        *id = p->id;
+        memset(p, 0, sizeof(*p));
+        if ((rc = etcd_keepalive(granted_ms, s, *id)) < 0)
+            return rc;
+        if (*granted_ms == 0)
+            continue; /* ended while idle (expired, revoked) */
+        etcd_pool_add(s, *id, ttl_ms, *granted_ms, now);
+        *how = TAKE_KEPT;
+        return 0;
+    }
+    now = lease_clock_ns();
+    if ((rc = etcd_grant(id, granted_ms, s, ttl_ms)) < 0)
         return rc;
-    /* etcd answers a lease that is gone with a TTL of 0 (left out). */
-    ttl = etcd_jint(json_object_get(res, "result"), "TTL");
-    json_decref(res);
-    *ttl_ms = 0;
-    return ttl == 0 ? 0 : etcd_ttl_ms(ttl_ms, s, ttl, "keep-alive");
+    etcd_pool_add(s, *id, ttl_ms, *granted_ms, now);
+    *how = TAKE_FRESH;
+    return 0;
+}
+
+/* A lease the pool lent to an acquire that did not attach its key (busy, a
+ * retry by the holder, an error before the txn): idle again. */
+static void etcd_pool_put_back(etcd_store *s, int64_t id)
+{
+    pool_lease *p = etcd_pool_find(s, id);
+
+    if (p)
+        p->idle = 1;
 }
 
 /* The time left on etcd lease `id`; 0 when it ran out. */
@@ -1265,6 +1564,7 @@ static void etcd_revoke_unless_shared(etcd_store *s, int64_t id)
 
     if (s->shared && id == s->shared_id)
         return;
+    etcd_pool_forget(s, id);
     lease__strlcpy(saved, lease_errmsg(), sizeof(saved));
     if (etcd_call(&res, s, "/v3/kv/range",
                   json_pack("{s:o, s:b}", "key", etcd_shared_marker(s, id), "count_only", 1),
@@ -1279,12 +1579,12 @@ static void etcd_revoke_unless_shared(etcd_store *s, int64_t id)
         etcd_revoke(s, id);
 }
 
-/* An acquire's own etcd lease that it does not use after all: revoked,
- * unless it is the handle's shared lease. */
+/* An acquire's own etcd lease that it did not attach its key to after
+ * all: back to the pool idle; the handle's shared lease stays as it is. */
 static void etcd_drop_lease(etcd_store *s, int64_t id)
 {
     if (!(s->shared && id == s->shared_id))
-        etcd_revoke(s, id);
+        etcd_pool_put_back(s, id);
 }
 
 /* ---- operations ---------------------------------------------------------- */
@@ -1413,9 +1713,11 @@ static int etcd_acquired(lease_grant *out, etcd_store *s, json_t *res, int64_t i
 
     json_decref(res);
     if (rc < 0) {
-        /* Best effort: no token, no grant. A session's key stays on the
-         * shared lease without a record: renew_many deletes it. */
-        etcd_drop_lease(s, id);
+        /* Best effort: no token, no grant. A plain grant's key goes with
+         * its etcd lease; a session's key stays on the shared lease
+         * without a record: renew_many deletes it. */
+        if (!s->shared)
+            etcd_revoke(s, id);
         return rc;
     }
     if (s->shared) {
@@ -1446,14 +1748,15 @@ static json_t *etcd_op_mark_shared(etcd_store *s, int64_t id)
 }
 
 /* A retried acquire by the holder: keep its etcd lease alive, same token;
- * the new etcd lease is not needed. */
+ * the lease taken for the acquire is not needed. */
 static int etcd_retried(lease_grant *out, etcd_store *s, json_t *kv, int64_t id,
                         const lease_request *req)
 {
     uint64_t ttl = 0;
     int rc;
 
-    etcd_revoke(s, id);
+    if (etcd_jint(kv, "lease") != id)
+        etcd_drop_lease(s, id);
     rc = etcd_token_field(&out->token, kv, "create_revision", "acquire");
     if (rc < 0 || (rc = etcd_keepalive(&ttl, s, etcd_jint(kv, "lease"))) < 0)
         return rc;
@@ -1536,15 +1839,16 @@ static int etcd_not_acquired(lease_grant *out, lease_info *holder, etcd_store *s
 
 /*
  * The I of a grant's history entry, known before the acquire txn and
- * unique per grant: a per-grant etcd lease's id (etcd does not reuse
- * them); under a shared lease, which many grants have (the same key
- * released and acquired again among them), 64 random bits.
+ * unique per grant: the id of an etcd lease granted for this grant
+ * (`fresh`: etcd does not reuse ids); under a lease that other grants had
+ * or have (the pool's, a session's; the same key released and acquired
+ * again among them), 64 random bits.
  */
-static int etcd_history_id(char out[17], const etcd_store *s, int64_t id)
+static int etcd_history_id(char out[17], int fresh, int64_t id)
 {
     uint64_t v = (uint64_t)id;
 
-    if (s->shared && getrandom(&v, sizeof(v), 0) != (ssize_t)sizeof(v))
+    if (!fresh && getrandom(&v, sizeof(v), 0) != (ssize_t)sizeof(v))
         return lease__seterr(LEASE_ESTORE, "getrandom failed: %s", strerror(errno));
     snprintf(out, 17, "%016llx", (unsigned long long)v);
     return 0;
@@ -1593,20 +1897,89 @@ static json_t *etcd_acquire_txn(etcd_store *s, const lease_request *req, int64_t
     return txn;
 }
 
-static int etcd_acquire(lease_grant *out, lease_info *holder, lease_store *base,
-                        const lease_request *req)
+/*
+ * The acquire txn beside the keep-alive of the pooled lease `id` it
+ * attaches the key to (etcd_pair). *granted: the TTL the keep-alive
+ * restored. A key attached while the keep-alive got no answer is asked for
+ * again; one whose lease ended (or whose TTL cannot be told) is revoked
+ * with its lease: a grant is never reported without its TTL.
+ */
+static int etcd_paired_txn(json_t **res, uint64_t *granted, etcd_store *s, int64_t id,
+                           json_t *txn)
 {
-    etcd_store *s = (etcd_store *)base;
+    int64_t t0 = lease_clock_ns();
+    uint64_t ka = 0;
+    pool_lease *p;
+    int rc = etcd_pair(res, &ka, s, id, txn);
+
+    if (rc != 0)
+        return rc;
+    if (etcd_txn_ok(*res) && ka == PAIR_NO_TTL) {
+        t0 = lease_clock_ns();
+        if ((rc = etcd_keepalive(&ka, s, id)) < 0)
+            ka = 0;
+    }
+    if (etcd_txn_ok(*res) && ka == 0) {
+        json_decref(*res);
+        *res = NULL;
+        /* Whatever stopped the keep-alive (its own timeout included), the
+         * outcome is a store's that could not say: ESTORE, which a waiting
+         * acquire retries, never ETIMEOUT, which would end its wait. */
+        rc = lease__seterr(LEASE_ESTORE, rc == 0
+                               ? "acquire: its etcd lease ended while being acquired; try again"
+                               : "acquire: the etcd lease's TTL could not be told after the "
+                                 "key was attached; ownership is uncertain");
+        etcd_revoke(s, id);
+        return rc;
+    }
+    if (ka == 0)
+        etcd_pool_forget(s, id); /* ended while idle: nothing attached */
+    else if (ka != PAIR_NO_TTL) {
+        *granted = ka;
+        if ((p = etcd_pool_find(s, id)) != NULL) {
+            p->refreshed_ns = t0;
+            p->granted_ms = ka;
+        }
+    }
+    return 0;
+}
+
+/* The txn's answer (rc, res) of an acquire with etcd lease `id`. */
+static int etcd_acquire_answer(lease_grant *out, lease_info *holder, etcd_store *s,
+                               const lease_request *req, int rc, json_t *res, int64_t id,
+                               uint64_t granted, const char *metatext, const char *hid)
+{
+    if (rc < 0) {
+        /* Unknown outcome: leave the etcd lease; it expires by itself. A
+         * session forgets the key: whether it is attached now, and with
+         * which token, cannot be told, and a grant it cannot vouch for is
+         * reported lost rather than kept. Attached all the same, the key
+         * is an orphan that the next renew_many deletes. A plain grant's
+         * lease leaves the pool: its key may be attached. */
+        if (s->shared)
+            etcd_rec_del(s, req->key);
+        else
+            etcd_pool_forget(s, id);
+        return rc;
+    }
+    if (etcd_txn_ok(res))
+        return etcd_acquired(out, s, res, id, granted, req);
+    return etcd_not_acquired(out, holder, s, res, id, granted, req, metatext, hid);
+}
+
+/* One attempt; PAIR_AGAIN: start over without etcd_pair (may_pair 0). */
+static int etcd_acquire_once(lease_grant *out, lease_info *holder, etcd_store *s,
+                             const lease_request *req, int may_pair)
+{
     uint64_t granted = 0;
-    json_t *res;
+    json_t *res = NULL, *txn;
     char *metatext = NULL, *histtext = NULL;
     char hist[HNAME_SZ], hid[17];
     int64_t id;
-    int rc;
+    int rc, how = TAKE_KEPT;
 
-    etcd_begin(s);
     rc = s->shared ? etcd_shared_lease(&id, &granted, s)
-                   : etcd_grant(&id, &granted, s, req->ttl_ms);
+                   : etcd_pool_take(&id, &granted, &how, s, req->ttl_ms, may_pair);
     if (rc < 0)
         return rc;
     if (s->shared && granted < req->ttl_ms)
@@ -1622,7 +1995,7 @@ static int etcd_acquire(lease_grant *out, lease_info *holder, lease_store *base,
     if (asprintf(&histtext, "%s\n%llu\n%lld\n%s", req->owner,
                  (unsigned long long)granted, (long long)etcd_wall_ms(), req->label) < 0)
         histtext = NULL;
-    rc = metatext && histtext ? etcd_history_id(hid, s, id)
+    rc = metatext && histtext ? etcd_history_id(hid, how == TAKE_FRESH, id)
                               : lease__seterr(LEASE_ENOMEM, "out of memory");
     if (rc < 0) {
         free(metatext);
@@ -1631,23 +2004,27 @@ static int etcd_acquire(lease_grant *out, lease_info *holder, lease_store *base,
         return rc;
     }
     etcd_hist_name(hist, req->key, hid);
-    rc = etcd_call(&res, s, "/v3/kv/txn",
-                   etcd_acquire_txn(s, req, id, metatext, histtext, hist), "acquire");
+    txn = etcd_acquire_txn(s, req, id, metatext, histtext, hist);
     free(histtext);
-    if (rc < 0) {
-        /* Unknown outcome: leave the etcd lease; it expires by itself. A
-         * session forgets the key: whether it is attached now, and with
-         * which token, cannot be told, and a grant it cannot vouch for is
-         * reported lost rather than kept. Attached all the same, the key
-         * is an orphan that the next renew_many deletes. */
-        if (s->shared)
-            etcd_rec_del(s, req->key);
-    } else if (etcd_txn_ok(res)) {
-        rc = etcd_acquired(out, s, res, id, granted, req);
-    } else {
-        rc = etcd_not_acquired(out, holder, s, res, id, granted, req, metatext, hid);
-    }
+    rc = how == TAKE_PAIR ? etcd_paired_txn(&res, &granted, s, id, txn)
+                          : etcd_call(&res, s, "/v3/kv/txn", txn, "acquire");
+    if (rc == PAIR_AGAIN)
+        etcd_pool_forget(s, id); /* not attached: it expires by itself */
+    else
+        rc = etcd_acquire_answer(out, holder, s, req, rc, res, id, granted, metatext, hid);
     free(metatext);
+    return rc;
+}
+
+static int etcd_acquire(lease_grant *out, lease_info *holder, lease_store *base,
+                        const lease_request *req)
+{
+    etcd_store *s = (etcd_store *)base;
+    int rc;
+
+    etcd_begin(s);
+    if ((rc = etcd_acquire_once(out, holder, s, req, 1)) == PAIR_AGAIN)
+        rc = etcd_acquire_once(out, holder, s, req, 0);
     return rc;
 }
 
@@ -1688,7 +2065,7 @@ static int etcd_move_to_new_lease(uint64_t *granted_ms, etcd_store *s, const cha
 {
     json_t *res, *meta_kv;
     char *meta = NULL, *label, *metatext;
-    int64_t id;
+    int64_t id, t0 = lease_clock_ns();
     int rc, ok;
 
     if ((rc = etcd_grant(&id, granted_ms, s, ttl_ms)) < 0)
@@ -1726,6 +2103,8 @@ static int etcd_move_to_new_lease(uint64_t *granted_ms, etcd_store *s, const cha
         return lease__not_holder("renew", key, token, NULL);
     }
     etcd_revoke_unless_shared(s, old);
+    /* The key alone is on the new lease: its release may pool it. */
+    etcd_pool_add(s, id, ttl_ms, *granted_ms, t0);
     return 0;
 }
 
@@ -1734,18 +2113,26 @@ static int etcd_renew(uint64_t *granted_ms, lease_store *base, const char *key,
 {
     etcd_store *s = (etcd_store *)base;
     uint64_t current = 0;
-    int64_t id;
+    int64_t id, t0;
+    pool_lease *p;
     int rc;
 
     etcd_begin(s);
     if ((rc = etcd_holder_lease(&id, s, key, owner, token, "renew")) < 0)
         return rc;
+    t0 = lease_clock_ns();
     if ((rc = etcd_keepalive(&current, s, id)) < 0)
         return rc;
     if (current == 0 && s->shared && id == s->shared_id)
         etcd_forget_shared(s);
-    if (current == 0)
+    if (current == 0) {
+        etcd_pool_forget(s, id);
         return lease__seterr(LEASE_ELOST, "renew '%s': the lease expired", key);
+    }
+    if ((p = etcd_pool_find(s, id)) != NULL) {
+        p->refreshed_ns = t0;
+        p->granted_ms = current;
+    }
     /* A session's key stays on the shared lease, whose TTL is the
      * session's: moving it would take it out of the session's batches. */
     if (s->shared && id == s->shared_id) {
@@ -1766,6 +2153,7 @@ static int etcd_release(lease_store *base, const char *key, const char *owner,
     etcd_store *s = (etcd_store *)base;
     char ended[HNAME_SZ], tok[PAD + 1], *marker;
     json_t *res;
+    pool_lease *p;
     int64_t id = 0;
     int rc, ok;
 
@@ -1803,9 +2191,13 @@ static int etcd_release(lease_store *base, const char *key, const char *owner,
         etcd_rec_del(s, key);
     if (!ok)
         return lease__not_holder("release", key, token, NULL);
-    /* A per-grant etcd lease goes with its key; a session's shared lease
-     * keeps the session's other keys. */
-    if (id > 0)
+    /* A lease of this handle's pool that the key was attached to has no
+     * key left (the pool lends a lease to one grant at a time): idle, no
+     * revoke. Any other per-grant etcd lease goes with its key; a
+     * session's shared lease keeps the session's other keys. */
+    if (id > 0 && (p = etcd_pool_find(s, id)) != NULL && !p->idle)
+        p->idle = 1;
+    else if (id > 0)
         etcd_revoke_unless_shared(s, id);
     return 0;
 }
@@ -2812,15 +3204,37 @@ static int etcd_renew_many(int *results, uint64_t *granted_ms, lease_store *base
 
 /* ---- open and close ---------------------------------------------------- */
 
+/*
+ * The pool's idle leases are revoked, within POOL_CLOSE_MS at most (the
+ * rest expire by themselves: no key is attached to them). Those in use
+ * hold keys that outlive the handle; a child of fork leaves the parent's.
+ */
+static void etcd_pool_close(etcd_store *s)
+{
+    uint64_t budget = s->parent.timeout_ms < POOL_CLOSE_MS ? s->parent.timeout_ms
+                                                            : POOL_CLOSE_MS;
+    int i;
+
+    if (s->curl == NULL || s->multi == NULL || s->pool_pid != getpid())
+        return;
+    s->end_ns = lease_clock_ns() + (int64_t)budget * 1000000;
+    for (i = 0; i < POOL_MAX && lease_clock_ns() < s->end_ns; i++)
+        if (s->pool[i].id != 0 && s->pool[i].idle)
+            etcd_revoke(s, s->pool[i].id);
+}
+
 static void etcd_close(lease_store *base)
 {
     etcd_store *s = (etcd_store *)base;
     int i;
 
+    etcd_pool_close(s);
     etcd_rec_sweep(s, 0);
     free(s->rec);
     if (s->curl)
         curl_easy_cleanup(s->curl);
+    if (s->curl2)
+        curl_easy_cleanup(s->curl2);
     if (s->multi)
         curl_multi_cleanup(s->multi);
     for (i = 0; i < s->nendpoints; i++)

@@ -23,6 +23,19 @@
  *  - keys put on the shared lease behind the handle's back (orphans) are
  *    deleted by the next renew_many; the grants' keys stay.
  *
+ * Plain grants (no share_lease) reuse the handle's etcd leases (issue 16):
+ *  - a warm handle's acquire + release is two txns and a keep-alive, no
+ *    LeaseGrant and no LeaseRevoke (etcd's counters), the key on the etcd
+ *    lease the previous grant released, which is left idle, not revoked;
+ *  - two grants held at once have an etcd lease each, holding only their
+ *    own keys: renewing one does not keep the other, which expires;
+ *  - an idle lease revoked behind the handle's back is replaced; another
+ *    ttl gets another lease;
+ *  - an acquire whose outcome is unknown (a paused forwarder) does not
+ *    give its lease back: the next acquire does not reuse it;
+ *  - the handle's HTTP connections are kept alive: the same TCP sockets
+ *    (local ports) after 50 cycles as after the first.
+ *
  * etcd is asked directly (libcurl, its JSON gateway) for what it holds:
  * the library's own answers would not show which etcd lease a key is on.
  */
@@ -37,6 +50,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <dirent.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 
 #include <cmocka.h>
 #include <curl/curl.h>
@@ -730,6 +747,231 @@ static void test_orphan_deleted(void **state)
     lease_store_close(h);
 }
 
+/* ---- plain grants: the handle's pool of etcd leases ----------------------- */
+
+static lease_store *plain_handle(const char *u)
+{
+    lease_store *h = NULL;
+
+    CHECK_RC(0, lease_store_open(&h, u));
+    return h;
+}
+
+static void plain_acquire(lease_grant *g, lease_store *h, const char *key, uint64_t ttl_ms)
+{
+    lease_acquire_opts o = LEASE_ACQUIRE_OPTS_INIT;
+
+    o.owner = owner;
+    o.ttl_ms = ttl_ms;
+    CHECK_RC(0, lease_acquire(g, NULL, h, key, &o));
+}
+
+/* A released grant's etcd lease stays (idle, no key) and the next grant
+ * of the handle takes it; a warm cycle is two txns and a keep-alive. */
+static void test_plain_reuse(void **state)
+{
+    lease_store *h = plain_handle(url);
+    lease_grant g;
+    long grants, revokes, txns, kas;
+    char key[64];
+    size_t n = 0;
+    int64_t id;
+    int i;
+
+    (void)state;
+    plain_acquire(&g, h, "plain/a", TTL_MS);
+    id = lease_of("plain/a", NULL);
+    CHECK_RC(0, lease_release(h, &g));
+    assert_true(lease_keys(id, "", &n, NULL, NULL) > 0); /* not revoked */
+    assert_int_equal(n, 0);
+    grants = grpc_calls("LeaseGrant");
+    revokes = grpc_calls("LeaseRevoke");
+    txns = grpc_calls("Txn");
+    kas = grpc_calls("LeaseKeepAlive");
+    for (i = 0; i < 10; i++) {
+        snprintf(key, sizeof(key), "plain/%d", i);
+        plain_acquire(&g, h, key, TTL_MS);
+        assert_true(lease_of(key, NULL) == id);
+        CHECK_RC(0, lease_release(h, &g));
+    }
+    assert_int_equal(grpc_calls("LeaseGrant") - grants, 0);
+    assert_int_equal(grpc_calls("LeaseRevoke") - revokes, 0);
+    assert_int_equal(grpc_calls("Txn") - txns, 20);
+    assert_int_equal(grpc_calls("LeaseKeepAlive") - kas, 10);
+    lease_store_close(h);
+    /* close revokes the idle lease */
+    assert_true(lease_keys(id, "", &n, NULL, NULL) <= 0);
+}
+
+/* Two grants of one handle with the same ttl: an etcd lease each, with
+ * only its own keys; renewing one does not keep the other alive. */
+static void test_plain_apart(void **state)
+{
+    lease_store *h = plain_handle(url);
+    lease_grant a, b, c;
+    lease_info info;
+    int64_t ia, ib;
+    size_t n = 0;
+    int has = 0, i;
+
+    (void)state;
+    plain_acquire(&a, h, "apart/a", 2000);
+    CHECK_RC(0, lease_release(h, &a)); /* one idle lease in the pool */
+    plain_acquire(&a, h, "apart/a", 2000);
+    plain_acquire(&b, h, "apart/b", 2000);
+    ia = lease_of("apart/a", NULL);
+    ib = lease_of("apart/b", NULL);
+    assert_true(ia != ib);
+    assert_true(lease_keys(ib, "", &n, "apart/b", &has) > 0);
+    assert_int_equal(n, 2); /* lease/apart/b, meta/apart/b */
+    assert_true(has);
+    /* a renewed for three of b's ttls: b expires all the same */
+    for (i = 0; i < 20; i++) {
+        CHECK_RC(0, lease_renew(&a, h, 0));
+        sleep_ms(300);
+    }
+    CHECK_RC(0, lease_inspect(&info, h, "apart/b"));
+    assert_int_equal(info.state, LEASE_STATE_EXPIRED);
+    CHECK_RC(0, lease_inspect(&info, h, "apart/a"));
+    assert_int_equal(info.state, LEASE_STATE_HELD);
+    /* b's lease ended while the handle had it: a new one for c. */
+    plain_acquire(&c, h, "apart/c", 2000);
+    assert_true(lease_of("apart/c", NULL) != ib);
+    assert_true(lease_of("apart/c", NULL) != ia);
+    CHECK_RC(0, lease_release(h, &c));
+    CHECK_RC(0, lease_release(h, &a));
+    lease_store_close(h);
+}
+
+/* An idle lease revoked behind the handle's back is replaced; a grant
+ * with another ttl does not take an idle lease of another ttl. */
+static void test_plain_idle_gone(void **state)
+{
+    lease_store *h = plain_handle(url);
+    lease_grant g;
+    int64_t id, id2;
+    size_t n = 0;
+
+    (void)state;
+    plain_acquire(&g, h, "idle/a", TTL_MS);
+    id = lease_of("idle/a", NULL);
+    CHECK_RC(0, lease_release(h, &g));
+    json_decref(etcd("/v3/lease/revoke", json_pack("{s:I}", "ID", (json_int_t)id)));
+    plain_acquire(&g, h, "idle/b", TTL_MS);
+    id2 = lease_of("idle/b", NULL);
+    assert_true(id2 != id);
+    assert_true(lease_keys(id2, "", &n, NULL, NULL) >= TTL_MS / 1000 - 1);
+    CHECK_RC(0, lease_release(h, &g));
+    plain_acquire(&g, h, "idle/c", 2 * TTL_MS);
+    assert_true(lease_of("idle/c", NULL) != id2);
+    assert_true(lease_keys(lease_of("idle/c", NULL), "", &n, NULL, NULL) > TTL_MS / 1000);
+    CHECK_RC(0, lease_release(h, &g));
+    lease_store_close(h);
+}
+
+/* An acquire that got no answer may have attached its key: its lease is
+ * not lent again. A ttl far above the timeout, so that the txn goes with
+ * the idle lease's keep-alive (etcd_pair), as in the benchmarks. */
+static void test_plain_unknown(void **state)
+{
+    lease_acquire_opts o = LEASE_ACQUIRE_OPTS_INIT;
+    char host[256], port[16], via[600];
+    conf_forwarder *f;
+    lease_store *h;
+    lease_grant g;
+    int64_t id;
+
+    (void)state;
+    assert_int_equal(conf_url_hostport(host, sizeof(host), port, sizeof(port), base_url), 0);
+    f = conf_forwarder_start(host, port);
+    assert_non_null(f);
+    snprintf(via, sizeof(via), "etcd://127.0.0.1:%d%.*s", conf_forwarder_port(f),
+             (int)strlen(prefix) - 1, prefix);
+    h = plain_handle(via);
+    plain_acquire(&g, h, "unknown/a", 5 * TTL_MS);
+    id = lease_of("unknown/a", NULL);
+    CHECK_RC(0, lease_release(h, &g));
+    conf_forwarder_pause(f);
+    o.owner = owner;
+    o.ttl_ms = 5 * TTL_MS;
+    assert_true(lease_acquire(&g, NULL, h, "unknown/b", &o) < 0);
+    assert_non_null(strstr(lease_errmsg(), "acquire"));
+    conf_forwarder_resume(f);
+    plain_acquire(&g, h, "unknown/c", 5 * TTL_MS);
+    assert_true(lease_of("unknown/c", NULL) != id);
+    CHECK_RC(0, lease_release(h, &g));
+    lease_store_close(h);
+    conf_forwarder_stop(f);
+}
+
+/* The local ports of this process's TCP sockets connected to `peer_port`,
+ * sorted; how many. */
+static size_t peer_sockets(int *ports, size_t max, int peer_port)
+{
+    DIR *d = opendir("/proc/self/fd");
+    struct dirent *e;
+    size_t n = 0, i, j;
+
+    assert_non_null(d);
+    while ((e = readdir(d)) != NULL && n < max) {
+        struct sockaddr_storage a, b;
+        socklen_t la = sizeof(a), lb = sizeof(b);
+        int fd = atoi(e->d_name), type = 0;
+        socklen_t lt = sizeof(type);
+
+        if (e->d_name[0] == '.' || fd == dirfd(d) ||
+            getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &lt) < 0 || type != SOCK_STREAM ||
+            getpeername(fd, (struct sockaddr *)&b, &lb) < 0 || b.ss_family != AF_INET ||
+            ntohs(((struct sockaddr_in *)&b)->sin_port) != peer_port ||
+            getsockname(fd, (struct sockaddr *)&a, &la) < 0)
+            continue;
+        ports[n++] = ntohs(((struct sockaddr_in *)&a)->sin_port);
+    }
+    closedir(d);
+    for (i = 1; i < n; i++)
+        for (j = i; j > 0 && ports[j - 1] > ports[j]; j--) {
+            int t = ports[j];
+
+            ports[j] = ports[j - 1];
+            ports[j - 1] = t;
+        }
+    return n;
+}
+
+/* HTTP keep-alive: 50 cycles (and renewals) on the connections that the
+ * first cycles opened (the test's own handle has its own, unused
+ * meanwhile), none opened after. A ttl far above the timeout, so that the
+ * keep-alive goes beside the txn, on the handle's second connection. */
+static void test_plain_keepalive(void **state)
+{
+    char host[256], port[16];
+    int first[16], after[16];
+    size_t nf, na;
+    lease_store *h;
+    lease_grant g;
+    int i;
+
+    (void)state;
+    assert_int_equal(conf_url_hostport(host, sizeof(host), port, sizeof(port), base_url), 0);
+    h = plain_handle(url);
+    plain_acquire(&g, h, "conn/0", 5 * TTL_MS);
+    CHECK_RC(0, lease_release(h, &g));
+    plain_acquire(&g, h, "conn/1", 5 * TTL_MS); /* the keep-alive beside the txn */
+    CHECK_RC(0, lease_release(h, &g));
+    nf = peer_sockets(first, 16, atoi(port));
+    assert_true(nf >= 1);
+    for (i = 0; i < 50; i++) {
+        plain_acquire(&g, h, "conn/x", 5 * TTL_MS);
+        CHECK_RC(0, lease_renew(&g, h, 0));
+        CHECK_RC(0, lease_release(h, &g));
+    }
+    na = peer_sockets(after, 16, atoi(port));
+    assert_int_equal(na, nf);
+    for (i = 0; i < (int)nf; i++)
+        assert_int_equal(after[i], first[i]);
+    lease_store_close(h);
+}
+
 static int setup(void **state)
 {
     char host[256], port[16], u[LEASE_OWNER_BUFSZ];
@@ -774,6 +1016,11 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_history_twice),
         cmocka_unit_test(test_release_unknown),
         cmocka_unit_test(test_orphan_deleted),
+        cmocka_unit_test(test_plain_reuse),
+        cmocka_unit_test(test_plain_apart),
+        cmocka_unit_test(test_plain_idle_gone),
+        cmocka_unit_test(test_plain_unknown),
+        cmocka_unit_test(test_plain_keepalive),
     };
     const char *base = argc > 1 ? argv[1] : getenv("LEASE_TEST_ETCD_URL");
 

@@ -30,6 +30,22 @@ int lease_fence_advance(uint64_t *mark, lease_store *store,
 /* Read a resource's mark without changing it. LEASE_ENOTFOUND if none. */
 int lease_fence_mark(uint64_t *mark, lease_store *store, const char *resource);
 
+/* The longest fencing kit lease_fence_install() takes. */
+#define LEASE_KIT_MAX (1u << 20)
+
+/*
+ * Install a resource-side fencing kit (docs/fencing.md) into the server
+ * behind `store`, through the handle's own connection and credentials.
+ * Redis: `kit` is the text of lease_fence.lua, loaded with FUNCTION LOAD
+ * REPLACE (Redis 7.0 or later; the library is the server's, for every
+ * database on it). `kit` holds len bytes (1 .. LEASE_KIT_MAX, no NUL byte
+ * among them). LEASE_EUNSUPPORTED on the other stores (PostgreSQL: pipe
+ * `lease fence-sql postgres` into psql; SQLite: load the extension),
+ * LEASE_ESTORE with the server's message when it refused, LEASE_EINVALID
+ * for a bad argument. Installing twice is fine.
+ */
+int lease_fence_install(lease_store *store, const char *kit, size_t len);
+
 /*
  * Guarded write into the store itself: put `value` (len bytes, may be 0)
  * under the data name `name` only if `grant` (key, owner, token) is still

@@ -403,6 +403,36 @@ int lease_fence_mark(uint64_t *mark, lease_store *s, const char *resource)
     return s->backend->fence_mark(mark, s, resource);
 }
 
+int lease_fence_install(lease_store *s, const char *kit, size_t len)
+{
+    char *copy;
+    int rc;
+
+    if ((rc = check_store(s)) < 0)
+        return rc;
+    if (kit == NULL || len == 0 || len > LEASE_KIT_MAX)
+        return lease__seterr(LEASE_EINVALID, "kit must be 1 .. %u bytes",
+                             LEASE_KIT_MAX);
+    /* A NUL inside would be cut off by the store's client library: the
+     * server would install a prefix of what the caller gave. */
+    if (memchr(kit, '\0', len) != NULL)
+        return lease__seterr(LEASE_EINVALID, "kit holds a NUL byte");
+    /* The slot exists only in a table of version 5 or later. */
+    if (s->backend->version < 5 || s->backend->install_kit == NULL)
+        return lease__seterr(LEASE_EUNSUPPORTED,
+                             "store '%s' has no fencing kit to install",
+                             s->backend->name);
+    /* A NUL-terminated copy: the caller's bytes need not be, and a client
+     * library that takes a C string (libpq) must not read past them. */
+    if ((copy = malloc(len + 1)) == NULL)
+        return lease__seterr(LEASE_ENOMEM, "out of memory");
+    memcpy(copy, kit, len);
+    copy[len] = '\0';
+    rc = s->backend->install_kit(s, copy, len);
+    free(copy);
+    return rc;
+}
+
 int lease_guarded_put(lease_store *s, const lease_grant *g, const char *name,
                       const void *value, size_t len)
 {

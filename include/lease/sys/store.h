@@ -34,11 +34,12 @@ extern "C" {
  * Version 1 holds every slot up to advisory_txn; version 2 appends the
  * grant history; version 3 appends store_size and open3, so that the core
  * allocates the connection and fills its shared part before the store's
- * open runs; version 4 appends share_lease. A later version only appends slots; the core reads a slot
+ * open runs; version 4 appends share_lease; version 5 appends install_kit.
+ * A later version only appends slots; the core reads a slot
  * only when backend->version is at least the version that brought it, so
  * a table written for an earlier version keeps working unchanged.
  */
-#define LEASE_BACKEND_VERSION 4
+#define LEASE_BACKEND_VERSION 5
 
 /*
  * What a store can do beyond the required slots. lease_backend_register()
@@ -260,6 +261,20 @@ typedef struct lease_backend {
      * each). Tokens are what they are without it.
      */
     int (*share_lease)(lease_store *store, uint64_t ttl_ms);
+
+    /* ---- version 5 ---- */
+
+    /*
+     * Optional (NULL: lease_fence_install() answers LEASE_EUNSUPPORTED).
+     * Install a resource-side fencing kit (docs/fencing.md) into the
+     * server behind the handle, over the handle's own connection, so that
+     * its credentials and TLS serve the install too: Redis loads `kit`
+     * (lease_fence.lua's text) with FUNCTION LOAD REPLACE. `kit` is len
+     * bytes and a NUL, checked by the core (1 .. LEASE_KIT_MAX bytes, no
+     * NUL inside). Bounded by store->timeout_ms; what the server
+     * refused is LEASE_ESTORE with its message.
+     */
+    int (*install_kit)(lease_store *store, const char *kit, size_t len);
 } lease_backend;
 
 /*

@@ -30,27 +30,32 @@
  * LEASE_ESTORE naming what was wrong.
  *
  * Key layout (K is the lease key, R a fenced resource, N a data name):
- *   <prefix>{K}:lease    hash owner/label/token/ttl_ms, with the lease's
- *                        own expiry (PEXPIRE): Redis decides expiry
- *   <prefix>{K}:token    the key's token counter: the last token issued
- *                        (INCRed, or SET to the clock, see tokens=), never
- *                        deleted or expired
- *   <prefix>{K}:history  the grant history (lease/history.h): a list of
- *                        cjson objects, newest grant at the head, trimmed
- *                        to LEASE_HISTORY_KEEP by each new grant; never
- *                        expired, like the counter. Every field is a string
- *                        (token, owner, label, ttl_ms, acquired_ms, ended =
- *                        held/released/expired/lost, ended_ms, expires_ms):
- *                        numbers as decimal strings stay exact, and cjson
- *                        round-trips every byte of a label. expires_ms is
- *                        the expiry the lease had when last extended, kept
- *                        because the lease hash leaves no trace when it
- *                        expires; it dates an expired grant. It ends in
- *                        :history, so list's "*:token" scan never sees it.
+ *   <prefix>{K}:token    the key's record: one list, newest first, that is
+ *                        the lease, the token counter and the grant history
+ *                        (lease/history.h) at once. A grant is one item
+ *                        "TOKEN OWNER TTL0 ACQUIRED_MS LIFE_MS TTL LABEL";
+ *                        an end item above it says it was released or lost
+ *                        (lib.lua has the grammar). The newest grant is the
+ *                        lease while it has no end item and the server's
+ *                        clock (TIME) is before its expiry; the newest
+ *                        token is the counter (see tokens=). Never expired;
+ *                        trimmed in batches to LEASE_HISTORY_KEEP grants or
+ *                        a few more. One key and one write command per
+ *                        acquire, renew or release: Redis 7 writes each
+ *                        write command of a script to the AOF (and wraps
+ *                        several in MULTI/EXEC), so that is what a grant
+ *                        costs with appendfsync always. It ends in :token,
+ *                        which list's "*:token" scan looks for.
+ *   <prefix>{K}:lease    the layout of 0.1, with :token then a string (the
+ *   <prefix>{K}:history  counter), :lease a hash with its own expiry and
+ *                        :history cjson entries: every script gets them as
+ *                        KEYS too, and the first that touches such a key
+ *                        rewrites it into the record (migrate in lib.lua),
+ *                        tokens going on from the counter.
  *   <prefix>fence:{R}    high-water mark of a resource
  *   <prefix>data:{N}     hash value/token of a guarded value
  *   channel <prefix>released   a message with K on every release
- * The {…} hash tags keep a key's lease, counter and history in one slot.
+ * The {…} hash tags keep a key's keys in one slot.
  *
  * Each operation is one script, loaded once per connection and called by
  * hash (EVALSHA), loaded again on NOSCRIPT; every value travels as KEYS or
@@ -660,6 +665,21 @@ static size_t key_of(char *out, size_t size, const redis_store *s,
 
 #define KEYBUF (64 + 16 + LEASE_KEY_MAX + 16)
 
+/* The first three KEYS of every lease script: the key's record
+ * (<prefix>{K}:token), then the old layout's lease hash and history, which
+ * the scripts migrate from on first touch (see lib.lua). */
+typedef struct {
+    char ck[KEYBUF], lk[KEYBUF], hk[KEYBUF];
+} record_keys;
+
+static void record_keys_of(record_keys *k, const redis_store *s,
+                           const char *key)
+{
+    key_of(k->ck, sizeof(k->ck), s, "", key, ":token");
+    key_of(k->lk, sizeof(k->lk), s, "", key, ":lease");
+    key_of(k->hk, sizeof(k->hk), s, "", key, ":history");
+}
+
 /* What the store answers is input too: every number and string is checked
  * before use, and a reply of another shape is LEASE_ESTORE naming what was
  * wrong, never a default value, EBUSY, ELOST or success. Here: a decimal
@@ -849,23 +869,22 @@ static int redis_acquire(lease_grant *out, lease_info *holder, lease_store *base
                          const lease_request *req)
 {
     redis_store *s = (redis_store *)base;
-    char lk[KEYBUF], ck[KEYBUF], hk[KEYBUF], ttl[24], keep[24];
+    char ttl[24], keep[24];
+    record_keys k;
     const char *args[8];
     redisReply *r;
     uint64_t clock_us;
     int rc;
 
     redis_begin(s);
-    key_of(lk, sizeof(lk), s, "", req->key, ":lease");
-    key_of(ck, sizeof(ck), s, "", req->key, ":token");
-    key_of(hk, sizeof(hk), s, "", req->key, ":history");
+    record_keys_of(&k, s, req->key);
     snprintf(ttl, sizeof(ttl), "%llu", (unsigned long long)req->ttl_ms);
-    /* The script trims the history to this many grants: the C constant is
-     * the one definition of the bound. */
+    /* The script keeps at least this many grants: the C constant is the
+     * one definition of the bound. */
     snprintf(keep, sizeof(keep), "%d", LEASE_HISTORY_KEEP);
-    args[0] = lk;
-    args[1] = ck;
-    args[2] = hk;
+    args[0] = k.ck;
+    args[1] = k.lk;
+    args[2] = k.hk;
     args[3] = req->owner;
     args[4] = req->label;
     args[5] = ttl;
@@ -896,25 +915,26 @@ static int redis_outcome(const redisReply *r, const char *what)
     return v < 0 ? redis_odd(what, "not the integer 0 or 1") : v;
 }
 
-/* The KEYS and ARGV of renew.lua for one grant: lease, history, owner,
- * token, ttl_ms, in args[0..5) (the buffers are the caller's). */
+/* The KEYS and ARGV of renew.lua for one grant: the record keys, owner,
+ * token, ttl_ms, in args[0..6) (the buffers are the caller's). */
 typedef struct {
-    char lk[KEYBUF], hk[KEYBUF], tok[24], ttl[24];
-    const char *args[5];
+    record_keys k;
+    char tok[24], ttl[24];
+    const char *args[6];
 } renew_args;
 
 static void renew_args_of(renew_args *a, const redis_store *s, const char *key,
                           const char *owner, uint64_t token, uint64_t ttl_ms)
 {
-    key_of(a->lk, sizeof(a->lk), s, "", key, ":lease");
-    key_of(a->hk, sizeof(a->hk), s, "", key, ":history");
+    record_keys_of(&a->k, s, key);
     snprintf(a->tok, sizeof(a->tok), "%llu", (unsigned long long)token);
     snprintf(a->ttl, sizeof(a->ttl), "%llu", (unsigned long long)ttl_ms);
-    a->args[0] = a->lk;
-    a->args[1] = a->hk;
-    a->args[2] = owner;
-    a->args[3] = a->tok;
-    a->args[4] = a->ttl;
+    a->args[0] = a->k.ck;
+    a->args[1] = a->k.lk;
+    a->args[2] = a->k.hk;
+    a->args[3] = owner;
+    a->args[4] = a->tok;
+    a->args[5] = a->ttl;
 }
 
 /* What renew.lua's reply means for (key, token): 0 extended, LEASE_ELOST
@@ -938,7 +958,7 @@ static int redis_renew(uint64_t *granted_ms, lease_store *base, const char *key,
 
     redis_begin(s);
     renew_args_of(&a, s, key, owner, token, ttl_ms);
-    if ((rc = redis_eval(&r, s, SC_RENEW, 2, a.args, NULL, 5, "renew")) < 0)
+    if ((rc = redis_eval(&r, s, SC_RENEW, 3, a.args, NULL, 6, "renew")) < 0)
         return rc;
     rc = renew_outcome(r, key, token);
     freeReplyObject(r);
@@ -962,7 +982,7 @@ static int renew_many_send(redis_store *s, const lease_grant *grants, size_t n,
     for (i = 0; i < n; i++) {
         renew_args_of(&a, s, grants[i].key, grants[i].owner, grants[i].token,
                       ttl_ms);
-        argc = eval_argv(argv, lv, nk, s, SC_RENEW, 2, a.args, NULL, 5);
+        argc = eval_argv(argv, lv, nk, s, SC_RENEW, 3, a.args, NULL, 6);
         if (redisAppendCommandArgv(s->ctx, argc, argv, lv) != REDIS_OK)
             return redis_fail_ctx(s, s->ctx, "renew");
     }
@@ -1051,17 +1071,17 @@ static int redis_release(lease_store *base, const char *key, const char *owner,
                          uint64_t token)
 {
     redis_store *s = (redis_store *)base;
-    char lk[KEYBUF], hk[KEYBUF], tok[24], chan[96];
-    const char *args[6] = { lk, hk, owner, tok, chan, key };
+    char tok[24], chan[96];
+    record_keys k;
+    const char *args[7] = { k.ck, k.lk, k.hk, owner, tok, chan, key };
     redisReply *r;
     int rc;
 
     redis_begin(s);
-    key_of(lk, sizeof(lk), s, "", key, ":lease");
-    key_of(hk, sizeof(hk), s, "", key, ":history");
+    record_keys_of(&k, s, key);
     snprintf(tok, sizeof(tok), "%llu", (unsigned long long)token);
     snprintf(chan, sizeof(chan), "%sreleased", s->prefix);
-    if ((rc = redis_eval(&r, s, SC_RELEASE, 2, args, NULL, 6, "release")) < 0)
+    if ((rc = redis_eval(&r, s, SC_RELEASE, 3, args, NULL, 7, "release")) < 0)
         return rc;
     rc = redis_outcome(r, "release");
     freeReplyObject(r);
@@ -1102,14 +1122,12 @@ static int inspect_reply(lease_info *out, redisReply *r, const char *key)
 
 static int inspect_one(lease_info *out, redis_store *s, const char *key)
 {
-    char lk[KEYBUF], ck[KEYBUF], hk[KEYBUF];
-    const char *args[3] = { lk, ck, hk };
+    record_keys k;
+    const char *args[3] = { k.ck, k.lk, k.hk };
     redisReply *r;
     int rc;
 
-    key_of(lk, sizeof(lk), s, "", key, ":lease");
-    key_of(ck, sizeof(ck), s, "", key, ":token");
-    key_of(hk, sizeof(hk), s, "", key, ":history");
+    record_keys_of(&k, s, key);
     if ((rc = redis_eval(&r, s, SC_INSPECT, 3, args, NULL, 3, "inspect")) < 0)
         return rc;
     return inspect_reply(out, r, key);
@@ -1131,18 +1149,16 @@ static int redis_inspect(lease_info *out, lease_store *base, const char *key)
 static int inspect_many(lease_info *infos, size_t *got, redis_store *s,
                         char (*names)[LEASE_KEY_MAX + 1], size_t n)
 {
-    char lk[KEYBUF], ck[KEYBUF], hk[KEYBUF];
+    record_keys k;
     size_t i, sent = 0;
     int rc = 0;
 
     if ((rc = redis_ensure(s)) < 0)
         return rc;
     for (i = 0; i < n; i++) {
-        const char *argv[6] = { "EVALSHA", s->sha[SC_INSPECT], "3", lk, ck, hk };
+        const char *argv[6] = { "EVALSHA", s->sha[SC_INSPECT], "3", k.ck, k.lk, k.hk };
 
-        key_of(lk, sizeof(lk), s, "", names[i], ":lease");
-        key_of(ck, sizeof(ck), s, "", names[i], ":token");
-        key_of(hk, sizeof(hk), s, "", names[i], ":history");
+        record_keys_of(&k, s, names[i]);
         if (redisAppendCommandArgv(s->ctx, 6, argv, NULL) != REDIS_OK)
             return redis_fail_ctx(s, s->ctx, "list");
         sent++;
@@ -1352,27 +1368,52 @@ static int redis_fence_mark(uint64_t *mark, lease_store *base,
     return rc;
 }
 
+/*
+ * lease_fence_install: the Redis kit is a Functions library
+ * (resource/redis/lease_fence.lua), loaded over the store's own connection
+ * so that its AUTH, TLS and bound on the call serve the install too.
+ * Functions belong to the server, not to a database or a key prefix: one
+ * install serves every database on it (and replaces another's copy).
+ * The answer is the library's name: a bulk string, nothing else.
+ */
+static int redis_install_kit(lease_store *base, const char *kit, size_t len)
+{
+    redis_store *s = (redis_store *)base;
+    const char *a[4] = { "FUNCTION", "LOAD", "REPLACE", kit };
+    size_t lens[4] = { 8, 4, 7, len };
+    redisReply *r;
+    int rc;
+
+    redis_begin(s);
+    if ((rc = redis_ensure(s)) < 0)
+        return rc;
+    if ((rc = redis_call(&r, s, s->ctx, 4, a, lens, "function load")) == 0 &&
+        (r->type != REDIS_REPLY_STRING || r->len == 0 || r->len > LEASE_KEY_MAX))
+        rc = redis_odd("function load", "not the library's name");
+    freeReplyObject(r);
+    return rc;
+}
+
 static int redis_guarded_put(lease_store *base, const char *key,
                              const char *owner, uint64_t token, const char *name,
                              const void *value, size_t len)
 {
     redis_store *s = (redis_store *)base;
-    char lk[KEYBUF], dk[KEYBUF], tok[24];
-    const char *args[5] = { lk, dk, owner, tok, value };
-    size_t lens[5];
+    char dk[KEYBUF], tok[24];
+    record_keys k;
+    const char *args[7] = { k.ck, k.lk, k.hk, dk, owner, tok, value };
+    size_t lens[7];
+    int i, rc;
     redisReply *r;
-    int rc;
 
     redis_begin(s);
-    key_of(lk, sizeof(lk), s, "", key, ":lease");
+    record_keys_of(&k, s, key);
     key_of(dk, sizeof(dk), s, "data:", name, "");
     snprintf(tok, sizeof(tok), "%llu", (unsigned long long)token);
-    lens[0] = strlen(lk);
-    lens[1] = strlen(dk);
-    lens[2] = strlen(owner);
-    lens[3] = strlen(tok);
-    lens[4] = len;
-    if ((rc = redis_eval(&r, s, SC_PUT, 2, args, lens, 5, "guarded put")) < 0)
+    for (i = 0; i < 6; i++)
+        lens[i] = strlen(args[i]);
+    lens[6] = len; /* the value is binary */
+    if ((rc = redis_eval(&r, s, SC_PUT, 4, args, lens, 7, "guarded put")) < 0)
         return rc;
     rc = redis_outcome(r, "guarded put");
     freeReplyObject(r);
@@ -1564,18 +1605,18 @@ static int redis_history(lease_history_entry *out, size_t *n, lease_store *base,
                          const char *key, size_t max)
 {
     redis_store *s = (redis_store *)base;
-    char hk[KEYBUF], lk[KEYBUF], mx[24];
-    const char *args[3] = { hk, lk, mx };
+    char mx[24];
+    record_keys k;
+    const char *args[4] = { k.ck, k.lk, k.hk, mx };
     redisReply *r;
     size_t i;
     int rc = 0;
 
     redis_begin(s);
     *n = 0;
-    key_of(hk, sizeof(hk), s, "", key, ":history");
-    key_of(lk, sizeof(lk), s, "", key, ":lease");
+    record_keys_of(&k, s, key);
     snprintf(mx, sizeof(mx), "%zu", max);
-    if ((rc = redis_eval(&r, s, SC_HISTORY, 2, args, NULL, 3, "history")) < 0)
+    if ((rc = redis_eval(&r, s, SC_HISTORY, 3, args, NULL, 4, "history")) < 0)
         return rc;
     /* Check the whole reply before handing anything out: a malformed one
      * is a store failure, never a short history. */
@@ -1594,16 +1635,16 @@ static int redis_history_lost(lease_store *base, const char *key,
                               const char *owner, uint64_t token)
 {
     redis_store *s = (redis_store *)base;
-    char hk[KEYBUF], lk[KEYBUF], tok[24];
-    const char *args[4] = { hk, lk, owner, tok };
+    char tok[24];
+    record_keys k;
+    const char *args[5] = { k.ck, k.lk, k.hk, owner, tok };
     redisReply *r;
     int rc;
 
     redis_begin(s);
-    key_of(hk, sizeof(hk), s, "", key, ":history");
-    key_of(lk, sizeof(lk), s, "", key, ":lease");
+    record_keys_of(&k, s, key);
     snprintf(tok, sizeof(tok), "%llu", (unsigned long long)token);
-    if ((rc = redis_eval(&r, s, SC_HISTORY_LOST, 2, args, NULL, 4, "history lost")) < 0)
+    if ((rc = redis_eval(&r, s, SC_HISTORY_LOST, 3, args, NULL, 5, "history lost")) < 0)
         return rc;
     /* 1 marked, 0 nothing to mark (pruned, released, another owner): both
      * are success. */
@@ -1677,6 +1718,7 @@ static int redis_parse_url(redis_store *s, const lease__url *u)
 {
     const char *colon;
     char *end;
+    int rc;
 
     if (!u->has_authority || u->hosts[0] == '\0' || strchr(u->hosts, ','))
         return lease__seterr(LEASE_EINVALID,
@@ -1713,7 +1755,14 @@ static int redis_parse_url(redis_store *s, const lease__url *u)
     if ((u->user && *u->user && !(s->user = strdup(u->user))) ||
         (u->password && !(s->password = strdup(u->password))))
         return lease__seterr(LEASE_ENOMEM, "out of memory");
-    return redis_parse_params(s, u);
+    if ((rc = redis_parse_params(s, u)) < 0)
+        return rc;
+    /* A user without a password would connect without AUTH, as the
+     * default user: say so rather than run as someone else. */
+    if (s->user && !s->password)
+        return lease__seterr(LEASE_EINVALID, "redis: a user needs a password "
+                             "(in the URL or password_file)");
+    return 0;
 }
 
 static int redis_open(lease_store *base, const char *url)
@@ -1769,4 +1818,5 @@ const lease_backend lease__redis_backend = {
     .advisory_txn = NULL,
     .history = redis_history,
     .history_lost = redis_history_lost,
+    .install_kit = redis_install_kit,
 };

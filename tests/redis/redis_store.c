@@ -10,7 +10,10 @@
  *    also in the middle of list's pipelined inspects;
  *  - prefix= and /db keep stores apart;
  *  - keys with glob characters, braces and colons list exactly;
- *  - a password never shows in a message or in the redacted URL.
+ *  - a password never shows in a message or in the redacted URL;
+ *  - a key written in the layout before issue 16 (counter, lease hash,
+ *    cjson history) reads the same and is migrated on first touch, its
+ *    holder keeping the lease and its tokens going on from the counter.
  *
  * The test talks to the server directly with hiredis only to set up a
  * situation (a counter near a limit, a flushed script cache) and to look at
@@ -222,6 +225,14 @@ static void token_after(const char *u, const char *name, const char *before,
         CHECK_RC(0, lease_release(s, &g));
         CHECK_RC(0, lease_fence_advance(&mark, s, res, expected + 1));
         ASSERT_U64_OP(mark, ==, expected + 1);
+    } else {
+        /* No token is left: the store fails, and writes no grant that
+         * would make the key look held by an owner told it failed. */
+        new_opts(&o, owner, 30000);
+        CHECK_RC(LEASE_ESTORE, lease_acquire(&g, NULL, s, key, &o));
+        CHECK_RC(0, lease_inspect(&info, s, key));
+        assert_false(info.held);
+        ASSERT_U64_OP(info.token, ==, expected);
     }
 }
 
@@ -362,17 +373,19 @@ static void test_prefix_and_db_isolation(void **state)
         assert_int_equal((int)n, 1);
         assert_string_equal(list[0].owner, g[i].owner);
     }
-    /* The layout: <prefix>{key}:lease, in the URL's database. */
-    snprintf(lk, sizeof(lk), "pb:{%s}:lease", key);
-    r = cmd("HGET %s owner", lk);
+    /* The layout: the record <prefix>{key}:token, in the URL's database,
+     * its head the grant "1 OWNER ..." (see lib.lua). */
+    snprintf(lk, sizeof(lk), "pb:{%s}:token", key);
+    r = cmd("LINDEX %s 0", lk);
     assert_int_equal(r->type, REDIS_REPLY_STRING);
-    assert_string_equal(r->str, g[1].owner);
+    assert_int_equal(strncmp(r->str, "1 ", 2), 0);
+    assert_int_equal(strncmp(r->str + 2, g[1].owner, strlen(g[1].owner)), 0);
     freeReplyObject(r);
     cmd_ok("SELECT 2");
-    snprintf(lk, sizeof(lk), "pa:{%s}:lease", key);
-    r = cmd("HGET %s owner", lk);
+    snprintf(lk, sizeof(lk), "pa:{%s}:token", key);
+    r = cmd("LINDEX %s 0", lk);
     assert_int_equal(r->type, REDIS_REPLY_STRING);
-    assert_string_equal(r->str, g[3].owner);
+    assert_int_equal(strncmp(r->str + 2, g[3].owner, strlen(g[3].owner)), 0);
     freeReplyObject(r);
     cmd_ok("SELECT 0");
     for (i = 0; i < 4; i++) {
@@ -460,11 +473,213 @@ static void test_password_never_shown(void **state)
     assert_string_equal(lease_store_scheme(s), "redis");
 }
 
+/* ---- the layout before issue 16, read and migrated ------------------------ */
+
+/* The server's clock in ms (TIME), to date entries written by hand. */
+static int64_t server_ms(void)
+{
+    redisReply *r = cmd("TIME");
+    int64_t ms;
+
+    assert_int_equal(r->type, REDIS_REPLY_ARRAY);
+    assert_int_equal((int)r->elements, 2);
+    ms = (int64_t)strtoll(r->element[0]->str, NULL, 10) * 1000 +
+         strtoll(r->element[1]->str, NULL, 10) / 1000;
+    freeReplyObject(r);
+    return ms;
+}
+
+/* One history entry as the old scripts wrote it: a cjson object of
+ * strings, pushed at the head of lease:{key}:history. */
+static void old_entry(const char *key, const char *token, const char *owner,
+                      const char *label_json, int64_t acquired, const char *ended,
+                      int64_t ended_ms, int64_t expires)
+{
+    char e[1024];
+
+    snprintf(e, sizeof(e),
+             "{\"token\":\"%s\",\"owner\":\"%s\",\"label\":\"%s\",\"ttl_ms\":"
+             "\"30000\",\"acquired_ms\":\"%" PRId64 "\",\"ended\":\"%s\","
+             "\"ended_ms\":\"%" PRId64 "\",\"expires_ms\":\"%" PRId64 "\"}",
+             token, owner, label_json, acquired, ended, ended_ms, expires);
+    cmd_ok("LPUSH lease:{%s}:history %s", key, e);
+}
+
+static const char old_a[] = "0a0a0a0a-aaaa-4aaa-8aaa-00000000000a";
+static const char old_c[] = "0c0c0c0c-cccc-4ccc-8ccc-00000000000c";
+static const char old_d[] = "0d0d0d0d-dddd-4ddd-8ddd-00000000000d";
+
+/* A key as the old layout left it while A held token 41: counter 41, the
+ * lease hash with its own expiry, four history entries (released, lost,
+ * expired unnoticed, held). */
+static int64_t old_layout_held(const char *key)
+{
+    int64_t now = server_ms();
+
+    cmd_ok("SET lease:{%s}:token 41", key);
+    cmd_ok("HSET lease:{%s}:lease owner %s label %s token 41 ttl_ms 30000",
+           key, old_a, "old holder");
+    cmd_ok("PEXPIRE lease:{%s}:lease 30000", key);
+    old_entry(key, "38", old_c, "a \\\"q\\\" \\u00e9 b", now - 9000, "released",
+              now - 8000, now + 21000);
+    old_entry(key, "39", old_c, "", now - 8000, "lost", now - 6000, now - 6000);
+    old_entry(key, "40", old_d, "d", now - 6000, "held", 0, now - 5000);
+    old_entry(key, "41", old_a, "old holder", now - 100, "held", 0, now + 29900);
+    return now;
+}
+
+/* The old layout is read as it was and migrated on first touch: the holder
+ * keeps its lease (inspect, busy, its retry, renew, release), the history
+ * keeps every entry, tokens go on from the counter, and an old client's
+ * next step (INCR of the counter) fails instead of granting beside it. */
+static void test_old_layout_held(void **state)
+{
+    char key[256], owner[LEASE_OWNER_BUFSZ];
+    lease_store *s = open_url(counter_url);
+    lease_acquire_opts o;
+    lease_history_entry *h = NULL;
+    lease_info info, holder;
+    lease_grant g, gb;
+    redisReply *r;
+    size_t n = 0;
+    int64_t now;
+
+    (void)state;
+    key_name(key, sizeof(key), "old-held");
+    now = old_layout_held(key);
+    CHECK_RC(0, lease_inspect(&info, s, key));
+    assert_true(info.held);
+    assert_string_equal(info.owner, old_a);
+    assert_string_equal(info.label, "old holder");
+    ASSERT_U64_OP(info.token, ==, 41);
+    ASSERT_U64_OP(info.remaining_ms, <=, 30000);
+    ASSERT_U64_OP(info.ttl_ms, ==, 30000);
+    /* Migrated: the record is a list, the old keys are gone, and the old
+     * acquire's INCR of the counter fails. */
+    r = cmd("TYPE lease:{%s}:token", key);
+    assert_string_equal(r->str, "list");
+    freeReplyObject(r);
+    r = cmd("EXISTS lease:{%s}:lease lease:{%s}:history", key, key);
+    assert_int_equal((int)r->integer, 0);
+    freeReplyObject(r);
+    r = cmd("INCR lease:{%s}:token", key);
+    assert_int_equal(r->type, REDIS_REPLY_ERROR);
+    freeReplyObject(r);
+
+    new_opts(&o, owner, 30000);
+    CHECK_RC(LEASE_EBUSY, lease_acquire(&gb, &holder, s, key, &o));
+    assert_string_equal(holder.owner, old_a);
+    ASSERT_U64_OP(holder.token, ==, 41);
+
+    CHECK_RC(0, lease_history(&h, &n, s, key, 0));
+    assert_int_equal((int)n, 4);
+    ASSERT_U64_OP(h[0].token, ==, 41);
+    assert_int_equal(h[0].ended, LEASE_ENDED_HELD);
+    assert_string_equal(h[0].owner, old_a);
+    ASSERT_I64_OP(h[0].acquired_ms, ==, now - 100);
+    ASSERT_U64_OP(h[1].token, ==, 40);
+    assert_int_equal(h[1].ended, LEASE_ENDED_EXPIRED);
+    ASSERT_I64_OP(h[1].ended_ms, ==, now - 5000);
+    assert_string_equal(h[1].label, "d");
+    ASSERT_U64_OP(h[2].token, ==, 39);
+    assert_int_equal(h[2].ended, LEASE_ENDED_LOST);
+    ASSERT_I64_OP(h[2].ended_ms, ==, now - 6000);
+    assert_string_equal(h[2].label, "");
+    ASSERT_U64_OP(h[3].token, ==, 38);
+    assert_int_equal(h[3].ended, LEASE_ENDED_RELEASED);
+    ASSERT_I64_OP(h[3].ended_ms, ==, now - 8000);
+    ASSERT_I64_OP(h[3].acquired_ms, ==, now - 9000);
+    assert_string_equal(h[3].label, "a \"q\" \xc3\xa9 b");
+    ASSERT_U64_OP(h[3].ttl_ms, ==, 30000);
+    lease_history_free(h);
+
+    /* The holder's retry gets its own token; renew and release go on. */
+    o.owner = old_a;
+    o.label = "old holder";
+    CHECK_RC(0, lease_acquire(&g, NULL, s, key, &o));
+    ASSERT_U64_OP(g.token, ==, 41);
+    CHECK_RC(0, lease_renew(&g, s, 30000));
+    CHECK_RC(0, lease_release(s, &g));
+    new_opts(&o, owner, 30000);
+    CHECK_RC(0, lease_acquire(&gb, NULL, s, key, &o));
+    ASSERT_U64_OP(gb.token, ==, 42);
+    CHECK_RC(0, lease_history(&h, &n, s, key, 0));
+    assert_int_equal((int)n, 5);
+    assert_int_equal(h[1].ended, LEASE_ENDED_RELEASED);
+    ASSERT_U64_OP(h[1].token, ==, 41);
+    lease_history_free(h);
+    CHECK_RC(0, lease_release(s, &gb));
+}
+
+/* The counter ahead of the history (grants from before the store kept
+ * one) and a held entry whose hash expired: the next token follows the
+ * counter, and the entry says when it expired. */
+static void test_old_layout_counter_ahead(void **state)
+{
+    char key[256], owner[LEASE_OWNER_BUFSZ];
+    lease_store *s = open_url(counter_url);
+    lease_store *clock = open_url(url);
+    lease_acquire_opts o;
+    lease_history_entry *h = NULL;
+    lease_info info;
+    lease_grant g;
+    size_t n = 0;
+    int64_t now;
+
+    (void)state;
+    key_name(key, sizeof(key), "old-ahead");
+    now = server_ms();
+    cmd_ok("SET lease:{%s}:token 77", key);
+    old_entry(key, "70", old_d, "gone", now - 5000, "held", 0, now - 2000);
+    CHECK_RC(0, lease_inspect(&info, s, key));
+    assert_false(info.held);
+    assert_int_equal(info.state, LEASE_STATE_EXPIRED);
+    ASSERT_U64_OP(info.token, ==, 77);
+    new_opts(&o, owner, 30000);
+    CHECK_RC(0, lease_acquire(&g, NULL, s, key, &o));
+    ASSERT_U64_OP(g.token, ==, 78);
+    CHECK_RC(0, lease_history(&h, &n, s, key, 0));
+    assert_int_equal((int)n, 2);
+    ASSERT_U64_OP(h[1].token, ==, 70);
+    assert_int_equal(h[1].ended, LEASE_ENDED_EXPIRED);
+    ASSERT_I64_OP(h[1].ended_ms, ==, now - 2000);
+    lease_history_free(h);
+    CHECK_RC(0, lease_release(s, &g));
+
+    /* Clock mode on an old key whose counter is far ahead of the clock:
+     * still counter + 1. */
+    key_name(key, sizeof(key), "old-ahead-clock");
+    cmd_ok("SET lease:{%s}:token 9000000000000000", key);
+    CHECK_RC(0, lease_acquire(&g, NULL, clock, key, &o));
+    ASSERT_U64_OP(g.token, ==, UINT64_C(9000000000000001));
+    CHECK_RC(0, lease_release(clock, &g));
+}
+
+/* The record's head is the counter: an item there that is none of the
+ * record's kinds is a store failure, never a guess that would restart the
+ * tokens. */
+static void test_record_malformed_head(void **state)
+{
+    char key[256], owner[LEASE_OWNER_BUFSZ];
+    lease_store *s = open_url(counter_url);
+    lease_acquire_opts o;
+    lease_info info;
+    lease_grant g;
+
+    (void)state;
+    key_name(key, sizeof(key), "bad-head");
+    cmd_ok("RPUSH lease:{%s}:token %s", key, "not an item");
+    new_opts(&o, owner, 30000);
+    CHECK_RC(LEASE_ESTORE, lease_acquire(&g, NULL, s, key, &o));
+    CHECK_RC(LEASE_ESTORE, lease_inspect(&info, s, key));
+}
+
 int main(int argc, char **argv)
 {
-    /* Two groups, run as two ctest tests so that each failure has a name:
-     * "tokens" (issued tokens over the whole 64-bit range) and "store"
-     * (everything else). No group argument: both. */
+    /* Three groups, run as three ctest tests so that each failure has a
+     * name: "tokens" (issued tokens over the whole 64-bit range), "layout"
+     * (keys of the layout before issue 16) and "store" (everything else).
+     * No group argument: all. */
     const struct CMUnitTest tokens[] = {
         cmocka_unit_test_teardown(test_token_1e14, close_stores),
         cmocka_unit_test_teardown(test_token_2p53, close_stores),
@@ -476,6 +691,11 @@ int main(int argc, char **argv)
         cmocka_unit_test_teardown(test_prefix_and_db_isolation, close_stores),
         cmocka_unit_test_teardown(test_odd_keys_list_exactly, close_stores),
         cmocka_unit_test_teardown(test_password_never_shown, close_stores),
+    };
+    const struct CMUnitTest layout[] = {
+        cmocka_unit_test_teardown(test_old_layout_held, close_stores),
+        cmocka_unit_test_teardown(test_old_layout_counter_ahead, close_stores),
+        cmocka_unit_test_teardown(test_record_malformed_head, close_stores),
     };
     const char *group = argc > 2 ? argv[2] : "";
     int failed = 0;
@@ -493,13 +713,15 @@ int main(int argc, char **argv)
     snprintf(counter_url, sizeof(counter_url), "%s%stokens=counter", url,
              strchr(url, '?') ? "&" : "?");
     if (strcmp(group, "") != 0 && strcmp(group, "tokens") != 0 &&
-        strcmp(group, "store") != 0) {
-        fprintf(stderr, "usage: redis_store [URL [tokens|store]]\n");
+        strcmp(group, "store") != 0 && strcmp(group, "layout") != 0) {
+        fprintf(stderr, "usage: redis_store [URL [tokens|store|layout]]\n");
         return 1;
     }
     if (group[0] == '\0' || strcmp(group, "tokens") == 0)
         failed += cmocka_run_group_tests_name("tokens", tokens, setup, teardown);
     if (group[0] == '\0' || strcmp(group, "store") == 0)
         failed += cmocka_run_group_tests_name("store", store, setup, teardown);
+    if (group[0] == '\0' || strcmp(group, "layout") == 0)
+        failed += cmocka_run_group_tests_name("layout", layout, setup, teardown);
     return failed ? 1 : 0;
 }

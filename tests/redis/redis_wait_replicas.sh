@@ -30,10 +30,13 @@ OWNER_B=0b0b0b0b-bbbb-4bbb-8bbb-000000000002
 OWNER_C=0b0b0b0b-cccc-4ccc-8ccc-000000000003
 OWNER_D=0b0b0b0b-dddd-4ddd-8ddd-000000000004
 
-# field_on NAME KEY FIELD: a field of the lease hash of KEY on server NAME
-# (the store's key layout: lease:{KEY}:lease).
+# field_on NAME KEY FIELD: the token or owner of KEY's newest grant on
+# server NAME (the store's key layout: the list lease:{KEY}:token, its head
+# the grant "TOKEN OWNER ...", see src/stores/redis/lib.lua).
 field_on() {
-    rcli "$1" hget "lease:{$2}:lease" "$3" 2>/dev/null
+    local n=1
+    [ "$3" = owner ] && n=2
+    rcli "$1" lindex "lease:{$2}:token" 0 2>/dev/null | cut -d' ' -f"$n"
 }
 
 section "(a) replica up: wait_replicas=1 acquisitions succeed"

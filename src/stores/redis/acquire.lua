@@ -1,57 +1,50 @@
 -- acquire.lua - grant the lease to an owner, or say who holds it.
--- KEYS: lease, counter, history. ARGV: owner, label, ttl_ms, keep (the
--- most history entries to keep), tokens ('clock' or 'counter').
--- A new grant's token is the counter + 1, or with 'clock' the server's
--- clock in microseconds when that is greater: a promoted replica that lost
--- the last grants (and the counter with them) still issues newer tokens.
--- The counter always holds the last token issued.
+-- KEYS: record, and the old layout's lease and history (see migrate in
+-- lib.lua). ARGV: owner, label, ttl_ms, keep (the fewest grants the
+-- record keeps), tokens ('clock' or 'counter').
+-- A new grant's token is the newest token + 1, or with 'clock' the
+-- server's clock in microseconds when that is greater: a promoted replica
+-- that lost the last grants (and the record's head with them) still issues
+-- newer tokens.
 -- Returns {1, token, clock_us} for a new grant (clock_us: the server's
 -- clock, so the caller sees how far it is behind the token), {1, token}
 -- for a retry by the holder (its own token again), or
 -- {0, owner, label, token, pttl, ttl_ms} of the holder.
 -- Needs lib.lua in front.
-local cur = redis.call('HGET', KEYS[1], 'owner')
-if cur then
-  if cur == ARGV[1] then
-    redis.call('HSET', KEYS[1], 'label', ARGV[2], 'ttl_ms', ARGV[3])
-    redis.call('PEXPIRE', KEYS[1], ARGV[3])
-    local t = redis.call('HGET', KEYS[1], 'token')
-    -- A retry by the holder is no new grant: no entry, but it extends
-    -- the lease like a renew, so the entry's expiry follows.
-    local e = head(KEYS[3])
-    if e and e.token == t and e.ended == 'held' then
-      e.expires_ms = plus(now_ms(), ARGV[3])
-      redis.call('LSET', KEYS[3], 0, cjson.encode(e))
-    end
-    return {1, t}
-  end
-  local h = redis.call('HMGET', KEYS[1], 'owner', 'label', 'token', 'ttl_ms')
-  return {0, h[1], h[2], h[3], tostring(redis.call('PTTL', KEYS[1])), h[4]}
+if not ARGV[1]:find('^%S+$') or not ARGV[3]:find('^%d+$') then
+  return redis.error_reply('ERR lease: owner or ttl_ms malformed')
 end
--- GET after INCR: Lua numbers are doubles, the string is exact (so is
--- ge on two decimal strings, also above 2^53).
-redis.call('INCR', KEYS[2])
-local t = redis.call('GET', KEYS[2])
-local us = now_us()
-if ARGV[5] == 'clock' and not ge(t, us) then
-  redis.call('SET', KEYS[2], us)
-  t = us
-end
-redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'label', ARGV[2],
-           'token', t, 'ttl_ms', ARGV[3])
-redis.call('PEXPIRE', KEYS[1], ARGV[3])
--- No unexpired lease existed, so a previous grant still marked held ran
--- out. Only the head can be: every grant made here pushes its entry, and
--- every earlier one was ended by the grant after it.
+local s = record(KEYS[1], KEYS[2], KEYS[3]) and top(KEYS[1]) or {last = '0'}
 local now = now_ms()
-local p = head(KEYS[3])
-if p and p.ended == 'held' then
-  p.ended = 'expired'
-  p.ended_ms = ended_at(p, now)
-  redis.call('LSET', KEYS[3], 0, cjson.encode(p))
+local g = current(s, now)
+if g then
+  if g.owner == ARGV[1] then
+    -- A retry by the holder is no new grant: the same item, extended like
+    -- a renew, with the label and ttl asked now.
+    g.label, g.ttl, g.expires_ms = ARGV[2], ARGV[3], plus(now, ARGV[3])
+    redis.call('LSET', KEYS[1], s.i, item(g))
+    return {1, g.token}
+  end
+  return {0, g.owner, g.label, g.token,
+          string.format('%d', tonumber(g.expires_ms) - tonumber(now)), g.ttl}
 end
-redis.call('LPUSH', KEYS[3], cjson.encode({token = t, owner = ARGV[1],
-  label = ARGV[2], ttl_ms = ARGV[3], acquired_ms = now, ended = 'held',
-  ended_ms = '0', expires_ms = plus(now, ARGV[3])}))
-redis.call('LTRIM', KEYS[3], 0, tonumber(ARGV[4]) - 1)
+local t, us = succ(s.last), now_us()
+if ARGV[5] == 'clock' and not ge(t, us) then t = us end
+-- Tokens end at 2^63 - 1: past it nothing is written (the caller answers
+-- that the store failed), never a grant the caller would refuse to hold.
+if not ge('9223372036854775807', t) then
+  return redis.error_reply('ERR lease: fencing tokens are exhausted for this key')
+end
+-- One command for the grant: the lease, the counter and the history entry
+-- at once. A grant before it with no end item expired: nothing to write.
+redis.call('LPUSH', KEYS[1], item({token = t, owner = ARGV[1], ttl0 = ARGV[3],
+  acquired_ms = now, expires_ms = plus(now, ARGV[3]), ttl = ARGV[3],
+  label = ARGV[2]}))
+-- Trimmed in batches, once every 20 grants or so, not by every grant: at
+-- most two items a grant (and one floor), so 2 * keep + 1 items hold the
+-- newest keep grants at least.
+local keep = tonumber(ARGV[4])
+if redis.call('LLEN', KEYS[1]) > 2 * keep + 40 then
+  redis.call('LTRIM', KEYS[1], 0, 2 * keep)
+end
 return {1, t, us}

@@ -1,22 +1,29 @@
 -- history.lua - a key's grant history, newest first.
--- KEYS: history, lease. ARGV: max (the most entries to return).
+-- KEYS: record, and the old layout's lease and history (see lib.lua).
+-- ARGV: max (the most entries to return).
 -- Returns a list of {token, owner, label, ttl_ms, acquired_ms, ended,
 -- ended_ms}, all strings.
 -- Needs lib.lua in front.
--- A held entry that is not the lease in the same atomic read ran out: say
--- expired here, where its recorded expiry is at hand.
+-- A grant with no end item ended when it expired, unless it is the lease.
+if not record(KEYS[1], KEYS[2], KEYS[3]) then return {} end
 local now = now_ms()
-local h = redis.call('HMGET', KEYS[2], 'owner', 'token')
-local out = {}
-for _, v in ipairs(redis.call('LRANGE', KEYS[1], 0, tonumber(ARGV[1]) - 1)) do
-  local e = decode(v)
-  if e and e.token then
-    local ended, ended_ms = e.ended or 'held', e.ended_ms or '0'
-    if ended == 'held' and not (h[1] == e.owner and h[2] == e.token) then
-      ended, ended_ms = 'expired', ended_at(e, now)
+local max = tonumber(ARGV[1])
+local out, ended, ended_ms = {}, nil, nil
+for _, v in ipairs(redis.call('LRANGE', KEYS[1], 0, -1)) do
+  local g = grant(v)
+  if g then
+    local e, ms = 'held', '0'
+    if ended then
+      e, ms = ended == 'r' and 'released' or 'lost', plus(g.acquired_ms, ended_ms)
+    elseif #out > 0 or tonumber(now) >= tonumber(g.expires_ms) then
+      e, ms = 'expired', ended_at(g, now)
     end
-    out[#out + 1] = {e.token, e.owner or '', e.label or '',
-                     e.ttl_ms or '0', e.acquired_ms or '0', ended, ended_ms}
+    out[#out + 1] = {g.token, g.owner, g.label, g.ttl0, g.acquired_ms, e, ms}
+    if #out >= max then break end
+    ended = nil
+  else
+    local kind, n = mark(v)
+    if kind == 'r' or kind == 'l' then ended, ended_ms = kind, n end
   end
 end
 return out

@@ -1,24 +1,32 @@
 -- history_lost.lua - mark the grant whose renew was refused as lost.
--- KEYS: history, lease. ARGV: owner, token.
--- Returns 1 when an entry was marked, 0 when there was nothing to mark
--- (pruned, released, another owner's, or still the lease).
+-- KEYS: record, and the old layout's lease and history (see lib.lua).
+-- ARGV: owner, token.
+-- Returns 1 when the grant is (now) marked lost, 0 when there was nothing
+-- to mark (pruned, released, another owner's, or still the lease).
 -- Needs lib.lua in front.
--- Lost, unless released; an end time it already has (a successor's
--- takeover found it expired) is kept. Not while it is still the lease,
--- which only a stray call could ask. Tokens are unique per key, so the
--- walk (at most the kept entries) stops at the first.
-local h = redis.call('HMGET', KEYS[2], 'owner', 'token')
-if h[1] == ARGV[1] and h[2] == ARGV[2] then return 0 end
-for i, v in ipairs(redis.call('LRANGE', KEYS[1], 0, -1)) do
-  local e = decode(v)
+-- Lost, unless released; its end time is when it expired (never later
+-- than now). Not while it is still the lease, which only a stray call
+-- could ask. Tokens are unique per key, so the walk (at most the kept
+-- items) stops at the first; the end item goes right above the grant.
+if not record(KEYS[1], KEYS[2], KEYS[3]) then return 0 end
+local now = now_ms()
+local g = current(top(KEYS[1]), now)
+if g and g.owner == ARGV[1] and g.token == ARGV[2] then return 0 end
+local ended = nil
+for _, v in ipairs(redis.call('LRANGE', KEYS[1], 0, -1)) do
+  local e = grant(v)
   if e and e.token == ARGV[2] then
-    if e.owner ~= ARGV[1] or e.ended == 'released' then return 0 end
-    if not e.ended_ms or e.ended_ms == '0' then
-      e.ended_ms = ended_at(e, now_ms())
+    if e.owner ~= ARGV[1] or ended == 'r' then return 0 end
+    if ended ~= 'l' then
+      redis.call('LINSERT', KEYS[1], 'BEFORE', v,
+                 end_item('l', e, ended_at(e, now)))
     end
-    e.ended = 'lost'
-    redis.call('LSET', KEYS[1], i - 1, cjson.encode(e))
     return 1
+  elseif e then
+    ended = nil
+  else
+    local kind = mark(v)
+    if kind == 'r' or kind == 'l' then ended = kind end
   end
 end
 return 0

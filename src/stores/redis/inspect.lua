@@ -1,21 +1,21 @@
 -- inspect.lua - the state of one key, read atomically.
--- KEYS: lease, counter, history. No ARGV.
--- Returns {0} for a key never acquired, else {1, counter, owner, label,
--- token, pttl, ttl_ms, ended}: owner, label, token and ttl_ms are '' for
--- a free key, and ended is 'released' or 'expired' for a key without a
+-- KEYS: record, and the old layout's lease and history (see lib.lua). No
+-- ARGV.
+-- Returns {0} for a key never acquired, else {1, last token, owner, label,
+-- token, pttl, ttl_ms, ended}: owner, label, token, pttl and ttl_ms are ''
+-- for a free key, and ended is 'released' or 'expired' for a key without a
 -- lease ('' while one exists).
 -- Needs lib.lua in front.
--- The hash leaves no trace when it expires nor when it is released: for a
--- key without one, the last grant's history entry says whether it was
--- released.
-local c = redis.call('GET', KEYS[2])
-if not c then return {0} end
-local h = redis.call('HMGET', KEYS[1], 'owner', 'label', 'token', 'ttl_ms')
-local ended = ''
-if not h[1] then
-  local e = head(KEYS[3])
-  ended = (e and e.token == c and e.ended == 'released') and 'released'
-          or 'expired'
+if not record(KEYS[1], KEYS[2], KEYS[3]) then return {0} end
+local s = top(KEYS[1])
+local now = now_ms()
+local g = current(s, now)
+if g then
+  return {1, s.last, g.owner, g.label, g.token,
+          string.format('%d', tonumber(g.expires_ms) - tonumber(now)),
+          g.ttl, ''}
 end
-return {1, c, h[1] or '', h[2] or '', h[3] or '',
-        tostring(redis.call('PTTL', KEYS[1])), h[4] or '', ended}
+-- Released only when the newest token's grant was: a floor above it, a
+-- lost or an expired grant say expired, as the old layout did.
+local released = s.g and s.ended == 'r' and s.g.token == s.last
+return {1, s.last, '', '', '', '-2', '', released and 'released' or 'expired'}

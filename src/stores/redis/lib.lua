@@ -3,12 +3,41 @@
 -- run a script alone the same way:
 --   cat lib.lua fence.lua > /tmp/f.lua && redis-cli --eval /tmp/f.lua KEY , ARG
 -- No KEYS, no ARGV, no reply: it only defines locals.
+--
+-- A key's record (KEYS[1] of every lease script, <prefix>{K}:token) is one
+-- list, newest first, of three kinds of items:
+--   grant   'TOKEN OWNER TTL0 ACQUIRED_MS LIFE_MS TTL LABEL': a grant,
+--           TTL0 the ttl it was granted with, TTL (empty while it is TTL0)
+--           and ACQUIRED_MS + LIFE_MS (its expiry) the ones of its last
+--           extension; the label is last, so it may hold any byte (spaces,
+--           newlines) but NUL;
+--   end     'r MS' (released) or 'l MS' (lost): how the grant just below
+--           it ended, MS after its ACQUIRED_MS (so a few digits);
+--   floor   'c TOKEN': a token issued before without a grant item (the
+--           counter of the old layout, see migrate).
+-- One list for the lease, its counter and its history, because Redis 7
+-- writes a script's effects to the AOF: each command costs its key name and
+-- framing, and more than one command adds MULTI/EXEC. So a grant is one
+-- LPUSH, a release one LPUSH of an end item, a renew one LSET. The newest
+-- grant is the lease while it has no end item and the server's clock
+-- (TIME) is before its EXPIRES_MS; otherwise it ended then (expired). The
+-- newest token (grant or floor) is the counter: the list is never expired,
+-- and trimmed (in batches) to the newest grants only.
 
 -- Decimal strings compare as numbers by length, then bytes: exact for
 -- every 64-bit token, where Lua's numbers would round above 2^53.
 local function ge(a, b)
   if #a ~= #b then return #a > #b end
   return a >= b
+end
+
+-- a + 1 for a decimal string, exactly (tokens go above 2^53).
+local function succ(a)
+  local i = #a
+  while i > 0 and a:sub(i, i) == '9' do i = i - 1 end
+  if i == 0 then return '1' .. string.rep('0', #a) end
+  return a:sub(1, i - 1) .. string.char(a:byte(i) + 1) ..
+         string.rep('0', #a - i)
 end
 
 -- The server's wall clock from TIME (allowed in Redis >= 5 scripts, which
@@ -34,24 +63,164 @@ local function plus(a, b)
   return string.format('%d', tonumber(a) + tonumber(b))
 end
 
--- A history entry, decoded, or nil (also for an entry that does not
--- decode: the history is best kept, never a reason to refuse a grant).
+-- A grant item as a table of strings (expires_ms and ttl in full), or nil
+-- for another item. The short forms save AOF bytes on every grant.
+local function grant(v)
+  local t, o, t0, a, d, l, lab = string.match(v,
+    '^(%d+) (%S+) (%d+) (%d+) (%-?%d+) (%d*) (.*)$')
+  if not t then return nil end
+  return {token = t, owner = o, ttl0 = t0, acquired_ms = a,
+          expires_ms = plus(a, d), ttl = l == '' and t0 or l, label = lab}
+end
+
+-- The grant item of table g.
+local function item(g)
+  return table.concat({g.token, g.owner, g.ttl0, g.acquired_ms,
+    plus(g.expires_ms, -tonumber(g.acquired_ms)),
+    g.ttl == g.ttl0 and '' or g.ttl, g.label}, ' ')
+end
+
+-- An end or floor item: its kind ('r', 'l' or 'c') and number, or nil.
+local function mark(v)
+  return string.match(v, '^([rlc]) (%-?%d+)$')
+end
+
+-- The end item of kind 'r' or 'l' for grant g, ended at ms.
+local function end_item(kind, g, ms)
+  return kind .. ' ' .. plus(ms, -tonumber(g.acquired_ms))
+end
+
+-- When a grant that is no longer the lease ended: its last expiry, but
+-- never later than now (a grant migrated from the old layout may have
+-- lost its hash before its expiry; then the time it was found gone is the
+-- best bound).
+local function ended_at(g, now)
+  local x = tonumber(g.expires_ms)
+  if x > 0 and x <= tonumber(now) then return g.expires_ms end
+  return now
+end
+
+-- The head of record k: {g = the newest grant (or nil), i = its index,
+-- ended = 'r' or 'l' when an end item is above it, ended_ms, last = the
+-- newest token ('0' for none)}. Only the first three items can matter: a
+-- floor and an end item at most above the newest grant. An item of no kind
+-- there is an error, not a guess: the newest token is the counter.
+local function top(k)
+  local s = {last = '0'}
+  for i, v in ipairs(redis.call('LRANGE', k, 0, 2)) do
+    local g = grant(v)
+    if g then
+      s.g, s.i = g, i - 1
+      if ge(g.token, s.last) then s.last = g.token end
+      return s
+    end
+    local kind, n = mark(v)
+    if not kind then
+      return error({err = 'ERR lease: malformed item at the head of ' .. k})
+    end
+    if kind == 'c' then
+      if ge(n, s.last) then s.last = n end
+    else
+      s.ended, s.ended_ms = kind, n
+    end
+  end
+  return s
+end
+
+-- The grant of s while it is the lease: no end item, not yet expired.
+local function current(s, now)
+  if s.g and not s.ended and
+     tonumber(now) < tonumber(s.g.expires_ms) then return s.g end
+  return nil
+end
+
+-- An entry of the old layout's cjson history, decoded, or nil.
 local function decode(v)
-  if not v then return nil end
   local ok, e = pcall(cjson.decode, v)
   if ok and type(e) == 'table' then return e end
   return nil
 end
 
--- The newest entry of history list k, decoded, or nil.
-local function head(k) return decode(redis.call('LINDEX', k, 0)) end
+local function digits(v) return type(v) == 'string' and v:find('^%d+$') end
 
--- When a held entry that is no longer the lease ended: its recorded expiry,
--- but never later than now (the hash can also vanish before its expiry,
--- e.g. deleted by hand or by a client without history; then the time it
--- was found gone is the best bound).
-local function ended_at(e, now)
-  local x = tonumber(e.expires_ms or '')
-  if x and x > 0 and x <= tonumber(now) then return e.expires_ms end
-  return now
+-- The items of one old history entry (end item, then grant), appended to
+-- out; h is the old lease hash {owner, label, token, ttl_ms} and pttl its
+-- PTTL. Returns 1 when the entry was the unexpired lease. An entry whose
+-- fields are not what that layout wrote is skipped, as it was then.
+local function convert(out, e, h, pttl, now)
+  if not (digits(e.token) and type(e.owner) == 'string' and
+          e.owner:find('^%S+$') and digits(e.ttl_ms) and
+          digits(e.acquired_ms)) then return 0 end
+  local g = {token = e.token, owner = e.owner, ttl0 = e.ttl_ms,
+             acquired_ms = e.acquired_ms, ttl = e.ttl_ms,
+             expires_ms = digits(e.expires_ms) and e.expires_ms or '0',
+             label = type(e.label) == 'string' and e.label or ''}
+  local ended = e.ended or 'held'
+  local ended_ms = digits(e.ended_ms) and e.ended_ms or now
+  local live = 0
+  if ended == 'held' and h[1] == e.owner and h[3] == e.token and
+     digits(h[4]) and pttl > 0 then
+    g.expires_ms, g.ttl, g.label, live = plus(now, pttl), h[4], h[2], 1
+  elseif ended == 'held' then
+    g.expires_ms = ended_at(g, now)
+  elseif ended == 'expired' then
+    g.expires_ms = ended_ms
+  else
+    out[#out + 1] = end_item(ended == 'released' and 'r' or 'l', g, ended_ms)
+  end
+  out[#out + 1] = item(g)
+  return live
+end
+
+-- The record of a key written by the old layout (of 0.1): ck the
+-- counter (a string), lk the lease hash with its own expiry, hk a list of
+-- cjson entries. Rewritten once, by the first script that touches the key,
+-- into the list at ck (the old keys deleted): its newest token stays the
+-- counter, so tokens keep increasing across the change. A lease held then
+-- stays held, with its remaining time, and its holder's renew and release
+-- go on. A client of the old layout fails on the list (WRONGTYPE) instead
+-- of granting beside it.
+local function migrate(ck, lk, hk)
+  local c = redis.call('GET', ck)
+  if not digits(c) then
+    return error({err = 'ERR lease: the counter ' .. ck .. ' is no number'})
+  end
+  local now = now_ms()
+  local h = redis.call('HMGET', lk, 'owner', 'label', 'token', 'ttl_ms')
+  local pttl = redis.call('PTTL', lk)
+  local out, live = {}, 0
+  for _, v in ipairs(redis.call('LRANGE', hk, 0, -1)) do
+    local e = decode(v)
+    if e then live = live + convert(out, e, h, pttl, now) end
+  end
+  -- A lease granted before the store kept a history: its acquisition time
+  -- is not known, the latest bound is its last extension.
+  if live == 0 and pttl > 0 and digits(h[3]) and digits(h[4]) and h[1] and
+     h[1]:find('^%S+$') then
+    local x = plus(now, pttl)
+    table.insert(out, 1, item({token = h[3], owner = h[1], ttl0 = h[4],
+      acquired_ms = plus(x, -tonumber(h[4])), expires_ms = x, ttl = h[4],
+      label = h[2] or ''}))
+  end
+  local g = out[1] and (grant(out[1]) or grant(out[2] or ''))
+  if not g or not ge(g.token, c) then table.insert(out, 1, 'c ' .. c) end
+  redis.call('DEL', ck, lk, hk)
+  for i = 1, #out, 100 do
+    redis.call('RPUSH', ck, unpack(out, i, math.min(i + 99, #out)))
+  end
+end
+
+-- The record of a key: migrated if need be, then its type checked.
+-- Returns true when the key was ever acquired (the record exists).
+local function record(ck, lk, hk)
+  local t = redis.call('TYPE', ck).ok
+  if t == 'string' then
+    migrate(ck, lk, hk)
+    t = 'list'
+  end
+  if t == 'none' then return false end
+  if t ~= 'list' then
+    return error({err = 'ERR lease: ' .. ck .. ' is a ' .. t .. ', not a record'})
+  end
+  return true
 end

@@ -1,12 +1,14 @@
 -- put.lua - write a guarded value while a lease is held.
--- KEYS: lease, data. ARGV: owner, token, value.
+-- KEYS: record, the old layout's lease and history (see lib.lua), data.
+-- ARGV: owner, token, value.
 -- Returns 1 when written, 0 when owner and token are not the lease's.
--- Uses no helper of lib.lua (it is sent in front all the same).
--- Applied only while the lease's owner and token are current (an expired
--- hash is gone).
-local h = redis.call('HMGET', KEYS[1], 'owner', 'token')
-if h[1] == ARGV[1] and h[2] == ARGV[2] then
-  redis.call('HSET', KEYS[2], 'value', ARGV[3], 'token', ARGV[2])
+-- Needs lib.lua in front.
+-- Applied only while the lease's owner and token are current and it has
+-- not expired, by the server's clock.
+if not record(KEYS[1], KEYS[2], KEYS[3]) then return 0 end
+local g = current(top(KEYS[1]), now_ms())
+if g and g.owner == ARGV[1] and g.token == ARGV[2] then
+  redis.call('HSET', KEYS[4], 'value', ARGV[3], 'token', ARGV[2])
   return 1
 end
 return 0

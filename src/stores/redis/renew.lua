@@ -1,18 +1,20 @@
 -- renew.lua - extend the lease of its current holder.
--- KEYS: lease, history. ARGV: owner, token, ttl_ms.
+-- KEYS: record, and the old layout's lease and history (see lib.lua).
+-- ARGV: owner, token, ttl_ms.
 -- Returns 1 when extended, 0 when owner and token are not the lease's.
 -- Needs lib.lua in front.
--- A missing (expired) hash is never revived. The entry keeps the new
--- expiry, to date the grant if it runs out.
-local h = redis.call('HMGET', KEYS[1], 'owner', 'token')
-if h[1] == ARGV[1] and h[2] == ARGV[2] then
-  redis.call('PEXPIRE', KEYS[1], ARGV[3])
-  redis.call('HSET', KEYS[1], 'ttl_ms', ARGV[3])
-  local e = head(KEYS[2])
-  if e and e.token == ARGV[2] and e.ended == 'held' then
-    e.expires_ms = plus(now_ms(), ARGV[3])
-    redis.call('LSET', KEYS[2], 0, cjson.encode(e))
-  end
+-- An expired grant is never revived. The item keeps the new expiry, which
+-- also dates the grant if it runs out.
+if not ARGV[3]:find('^%d+$') then
+  return redis.error_reply('ERR lease: ttl_ms malformed')
+end
+if not record(KEYS[1], KEYS[2], KEYS[3]) then return 0 end
+local s = top(KEYS[1])
+local now = now_ms()
+local g = current(s, now)
+if g and g.owner == ARGV[1] and g.token == ARGV[2] then
+  g.ttl, g.expires_ms = ARGV[3], plus(now, ARGV[3])
+  redis.call('LSET', KEYS[1], s.i, item(g))
   return 1
 end
 return 0

@@ -120,17 +120,5 @@ int cmd_agent(cli_globals *g, cli_args *a);
 int cmd_fence_sql(cli_globals *g, cli_args *a);
 int cmd_fence_install(cli_globals *g, cli_args *a);
 
-/* Room for a redis URL as fence_install_redis shows it: no password. */
-#define FENCE_URL_SHOWN_MAX 400
-/*
- * Loads the fencing library (resource/redis/lease_fence.lua, or the file
- * lua_path when not NULL) into the Redis server at url with FUNCTION LOAD
- * REPLACE (fence_install.c, built only with the Redis store). On success
- * 0 and, in shown, the server's URL without its password; else a negative
- * LEASE_E* code (EINVALID: the URL or the file; ESTORE: the server failed
- * or refused) and a message in err that never carries the password.
- */
-int fence_install_redis(const char *url, const char *lua_path, char *shown,
-                        size_t shownsz, char *err, size_t errsz);
 
 #endif

@@ -2,17 +2,22 @@
  * cmd_fence_kit.c - the resource-side fencing kits from the command line
  * (docs/fencing.md): `lease fence-sql postgres|sqlite` prints the SQL a
  * protected database needs, `lease fence-install [URL]` loads the Redis
- * Functions library into a Redis server (fence_install.c).
+ * Functions library into a Redis server through the library's Redis store
+ * (lease_fence_install), so the tool links no Redis client of its own.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "escape.h"
 #include "fence_sql.h" /* generated from resource/postgres/fence.sql, byte for byte */
+#include "fence_text.h" /* generated from resource/redis/lease_fence.lua */
 
 static const char usage_fence_sql[] =
     "usage: lease fence-sql postgres|sqlite\n"
@@ -36,7 +41,7 @@ static const char usage_fence_install[] =
     "ps once parsed.\n"
     "  --from FILE    load FILE instead of the copy built into lease\n"
     "  --json         print {installed, library}\n"
-    "exit: 0 installed, 1 other failure (or built without Redis support),\n"
+    "exit: 0 installed, 1 other failure (or no Redis store in this build),\n"
     "2 usage, 6 the server failed or refused\n";
 
 /* The table lease_fence() creates on its first call (resource/sqlite/
@@ -103,6 +108,9 @@ int cmd_fence_sql(cli_globals *g, cli_args *a)
     return EXIT_OK;
 }
 
+/* Redis is the store with a kit to install; PostgreSQL's is SQL that
+ * `lease fence-sql postgres` prints for psql, since opening a lease store
+ * on the application's database would create the lease tables there. */
 static int is_redis_url(const char *url)
 {
     return url != NULL && (strncasecmp(url, "redis://", 8) == 0 ||
@@ -119,6 +127,21 @@ typedef struct {
     char *url;        /* a copy: argv's bytes are redacted */
     const char *from; /* --from FILE, or NULL: the built-in copy */
 } fence_install_opts;
+
+/* The URL argument (at most one), hidden from ps once copied. */
+static int fence_install_url(cli_args *a, fence_install_opts *o, char *arg)
+{
+    /* A second URL is refused without being quoted: it may hold a
+     * password too, hidden here before anything can print it. */
+    if (o->url != NULL) {
+        cli_hide_url_secrets(arg);
+        return cli_usage(a->cmd, "takes one URL");
+    }
+    if ((o->url = strdup(arg)) == NULL)
+        return no_memory();
+    cli_hide_url_secrets(arg);
+    return 0;
+}
 
 static int fence_install_parse(cli_globals *g, cli_args *a, fence_install_opts *o)
 {
@@ -145,21 +168,71 @@ static int fence_install_parse(cli_globals *g, cli_args *a, fence_install_opts *
         }
         if (arg[0] == '-' && arg[1] != '\0')
             return cli_usage(a->cmd, "unknown option '%s'", arg);
-        /* A second URL is refused without being quoted: it may hold a
-         * password too, hidden here before anything can print it. */
-        if (o->url != NULL) {
-            cli_hide_url_secrets(arg);
-            return cli_usage(a->cmd, "takes one URL");
-        }
-        if ((o->url = strdup(arg)) == NULL)
-            return no_memory();
-        cli_hide_url_secrets(arg);
+        if ((rc = fence_install_url(a, o, arg)))
+            return rc;
     }
     if (o->url == NULL && is_redis_url(g->store_url) &&
         (o->url = strdup(g->store_url)) == NULL)
         return no_memory();
     if (o->url == NULL)
         return cli_usage(a->cmd, "no redis URL: give one, or a redis:// --store");
+    if (strncasecmp(o->url, "rediss://", 9) == 0)
+        return cli_usage(a->cmd, "rediss:// (TLS) is not supported by the Redis store");
+    /* Not quoted: a URL of another store may carry a password too. */
+    if (!is_redis_url(o->url))
+        return cli_usage(a->cmd, "not a redis:// URL (PostgreSQL and SQLite: see "
+                         "`lease fence-sql`)");
+    return 0;
+}
+
+/* The library's text: the file given (1 byte .. LEASE_KIT_MAX), or the
+ * copy built into the tool. 0, or the exit code. */
+static int kit_text(char **out, size_t *len, const char *path)
+{
+    struct stat st;
+    int fd;
+
+    if (path == NULL) {
+        if ((*out = strdup(LEASE_RESOURCE_LEASE_FENCE)) == NULL)
+            return no_memory();
+        *len = strlen(*out);
+        return 0;
+    }
+    /* Non-blocking: a FIFO given by mistake must not hang the open. */
+    if ((fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK)) < 0) {
+        fprintf(stderr, "lease fence-install: %s: %s\n", path, strerror(errno));
+        return EXIT_USAGE;
+    }
+    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size == 0 ||
+        st.st_size > (off_t)LEASE_KIT_MAX) {
+        close(fd);
+        fprintf(stderr, "lease fence-install: %s: not a regular file of 1 byte .. 1 MiB\n",
+                path);
+        return EXIT_USAGE;
+    }
+    if ((*out = malloc((size_t)st.st_size + 1)) == NULL) {
+        close(fd);
+        return no_memory();
+    }
+    /* Bounded: each pass reads at least one byte or ends. */
+    for (*len = 0; *len < (size_t)st.st_size;) {
+        ssize_t n = read(fd, *out + *len, (size_t)st.st_size - *len);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            break;
+        *len += (size_t)n;
+    }
+    close(fd);
+    (*out)[*len] = '\0';
+    /* A file that shrank or failed under us: never install a prefix. */
+    if (*len != (size_t)st.st_size) {
+        fprintf(stderr, "lease fence-install: %s: read %zu of %lld bytes\n", path, *len,
+                (long long)st.st_size);
+        free(*out);
+        *out = NULL;
+        return EXIT_FAIL;
+    }
     return 0;
 }
 
@@ -172,34 +245,44 @@ static void url_copy_free(char *url)
     }
 }
 
+/* Opens the store at url through the library (its URL forms, password
+ * files, TLS and timeouts) and installs the kit over that connection. */
+static int fence_install_run(const cli_globals *g, const char *url, const char *kit,
+                             size_t len)
+{
+    cli_globals at = *g;
+    lease_store *s;
+    int rc;
+
+    at.store_url = url;
+    if ((rc = cli_open_store(&s, &at)))
+        return rc;
+    if ((rc = lease_fence_install(s, kit, len)) < 0) {
+        rc = cli_fail(rc, "fence-install");
+    } else if (g->json) {
+        cli_print_json(json_pack("{s:b, s:s}", "installed", 1, "library", "lease_fence"));
+        rc = EXIT_OK;
+    } else {
+        /* Never the URL as given: the library's copy is without password. */
+        fputs("installed lease_fence into ", stdout);
+        cli_put_text(stdout, lease_store_url_redacted(s));
+        putchar('\n');
+        rc = EXIT_OK;
+    }
+    lease_store_close(s);
+    return rc;
+}
+
 int cmd_fence_install(cli_globals *g, cli_args *a)
 {
     fence_install_opts o = { NULL, NULL };
+    char *kit = NULL;
+    size_t len = 0;
     int rc = fence_install_parse(g, a, &o);
 
-    if (rc == 0) {
-#ifdef LEASE_CLI_FENCE_REDIS
-        char shown[FENCE_URL_SHOWN_MAX], err[512];
-
-        rc = fence_install_redis(o.url, o.from, shown, sizeof(shown), err, sizeof(err));
-        if (rc < 0) {
-            /* Never the URL as given: the messages name it redacted. */
-            fputs("lease fence-install: ", stderr);
-            cli_put_text(stderr, err);
-            fputc('\n', stderr);
-            rc = cli_exit_code(rc);
-        } else if (g->json) {
-            cli_print_json(json_pack("{s:b, s:s}", "installed", 1, "library", "lease_fence"));
-        } else {
-            fputs("installed lease_fence into ", stdout);
-            cli_put_text(stdout, shown);
-            putchar('\n');
-        }
-#else
-        fputs("lease fence-install: this lease was built without Redis support\n", stderr);
-        rc = EXIT_FAIL;
-#endif
-    }
+    if (rc == 0 && (rc = kit_text(&kit, &len, o.from)) == 0)
+        rc = fence_install_run(g, o.url, kit, len);
+    free(kit);
     url_copy_free(o.url);
     return rc < 0 ? EXIT_OK : rc;
 }

@@ -5,13 +5,23 @@
  * cmd_leader.c, `agent` in cmd_agent.c, `fence-sql` and `fence-install` in
  * cmd_fence_kit.c, `--version` in version.c, and what
  * they share (flags, errors, JSON) in util.c and escape.c.
+ *
+ * `agent` is the one command that serves HTTP: libmicrohttpd, and gnutls
+ * under it, cost more to map and initialise than the rest of the tool
+ * together, so with LEASE_CLI_MODULE_SUBDIR cmd_agent.c is a module of its
+ * own (lease-agent.so beside the store modules), loaded for `agent` only.
  */
+#include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
 #include "escape.h"
+
+/* version.c; to go in cli.h beside cli_print_version. */
+int cli_print_version_clients(FILE *out, int clients);
+int cli_module_path(char *buf, size_t size, const char *file);
 
 static const char usage_main[] =
     "usage: lease [--store URL | --store-file PATH] [--timeout DUR] COMMAND [ARGS]\n"
@@ -51,6 +61,7 @@ static const char usage_main[] =
     "                  must be readable by you alone (chmod 600)\n"
     "  --timeout DUR   bound on the whole of each store call (default 5s)\n"
     "  --help, -h      this text; --version: versions and the stores built in\n"
+    "                  (--version --verbose: and each store module's client library)\n"
     "\n"
     "secrets: a password in --store URL is hidden from ps once parsed, but other\n"
     "  users may see it before; keep it out of argv with $LEASE_STORE (never\n"
@@ -551,6 +562,37 @@ typedef struct {
 
 static int cmd_help(cli_globals *g, cli_args *a);
 
+#ifdef LEASE_CLI_AGENT_MODULE
+/* `agent`: cmd_agent() of the agent module, which resolves the tool's
+ * helpers (cli_fail, cli_open_store...) against this executable. */
+static int cmd_agent_module(cli_globals *g, cli_args *a)
+{
+    int (*fn)(cli_globals *, cli_args *);
+    char path[4096];
+    void *h, *sym;
+
+    if (cli_module_path(path, sizeof(path), LEASE_CLI_AGENT_MODULE) < 0) {
+        fprintf(stderr, "lease agent: cannot find the directory of liblease\n");
+        return EXIT_FAIL;
+    }
+    if ((h = dlopen(path, RTLD_NOW | RTLD_LOCAL)) == NULL ||
+        (sym = dlsym(h, "cmd_agent")) == NULL) {
+        const char *why = dlerror();
+
+        fputs("lease agent: cannot load the agent module: ", stderr);
+        cli_put_text(stderr, why ? why : path);
+        fputc('\n', stderr);
+        return EXIT_FAIL;
+    }
+    /* POSIX: a function's address may go through void *. */
+    memcpy(&fn, &sym, sizeof(fn));
+    return fn(g, a);
+}
+#define CMD_AGENT cmd_agent_module
+#else
+#define CMD_AGENT cmd_agent
+#endif
+
 static const command commands[] = {
     { "acquire", cmd_acquire }, { "renew", cmd_renew },
     { "release", cmd_release }, { "show", cmd_show },
@@ -560,7 +602,7 @@ static const command commands[] = {
     { "fence", cmd_fence },     { "fence-sql", cmd_fence_sql },
     { "fence-install", cmd_fence_install },
     { "elect", cmd_elect },
-    { "leader", cmd_leader },   { "agent", cmd_agent },
+    { "leader", cmd_leader },   { "agent", CMD_AGENT },
     { "help", cmd_help },
 };
 
@@ -631,7 +673,11 @@ int main(int argc, char **argv)
             fputs(usage_main, stdout);
             return EXIT_OK;
         }
+        /* --verbose after it loads the store modules, to print their
+         * client libraries (version.c). */
         if (strcmp(arg, "--version") == 0) {
+            if (a.i + 1 < a.argc && strcmp(a.argv[a.i + 1], "--verbose") == 0)
+                return cli_print_version_clients(stdout, 1);
             return cli_print_version(stdout);
         }
         if (cli_parse_global(&g, &a, arg, &rc)) {

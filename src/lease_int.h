@@ -152,14 +152,45 @@ int lease__backend_check(const lease_backend *backend);
  * list behind the backend table, the message for a scheme this build lacks,
  * the metrics' store labels and lease_store_builtin(). A store whose library
  * was not found at configure time (LEASE_WITH_<STORE>) has backend NULL.
+ *
+ * In liblease.so (LEASE_STORE_MODULES) PostgreSQL, Redis and etcd are
+ * modules, loaded on first use so that a program on SQLite never maps
+ * libpq, hiredis or libcurl: their entry has `module` (the file name) and
+ * `backend` points at lease__module_placeholder, a table with no slots that
+ * only says "in this build"; only core/store.c reads `backend` as a table,
+ * and it swaps the module's own in (lease__backend_for). In liblease.a
+ * every store is built in and `module` is NULL.
  */
 typedef struct lease__store_entry {
     const char *name;             /* "postgres": metrics label, --version */
     const char *const *schemes;   /* URL schemes, NULL-terminated */
     const lease_backend *backend; /* NULL: not in this build */
-    /* "libpq 15.8": the client library as linked at run time. */
+    /* "libpq 15.8": the client library as linked at run time (NULL for a
+     * module: the module's own). */
     int (*client_version)(char *buf, size_t size);
+    const char *module;           /* "liblease-store-postgres.so", or NULL */
 } lease__store_entry;
+
+extern const lease_backend lease__module_placeholder;
+
+/*
+ * A store module's one export (src/stores/store_module.c): dlsym'ed by
+ * core/store.c, which refuses a module of another ABI or another liblease
+ * version (a module calls lease__ internals, exported under the private
+ * version node LEASE_PRIVATE of src/liblease.map, which are no API and
+ * change between any two versions).
+ */
+#define LEASE__MODULE_ABI 1
+#define LEASE__MODULE_ENTRY "lease__store_module_entry"
+typedef struct lease__store_module {
+    int abi;                      /* LEASE__MODULE_ABI */
+    const char *lease_version;    /* LEASE_VERSION_STRING it was built with */
+    const char *name;             /* the store's name in lease__stores */
+    const lease_backend *backend;
+    int (*client_version)(char *buf, size_t size);
+} lease__store_module;
+typedef const lease__store_module *(*lease__store_module_fn)(void);
+const lease__store_module *lease__store_module_entry(void);
 
 #define LEASE__NSTORES 4
 extern const char *const lease__sqlite_schemes[];

@@ -4,12 +4,24 @@
  * lease__stores below is the project's one list of stores; PostgreSQL,
  * Redis and etcd are optional (LEASE_WITH_<STORE>), and one this build was
  * configured without keeps its entry with no backend, so that its scheme
- * gets "this build has no ... store". Beyond that list nothing here knows
- * any particular store.
+ * gets "this build has no ... store". In liblease.so (LEASE_STORE_MODULES)
+ * those three are modules, loaded here on first use (module_get). Beyond
+ * that list nothing here knows any particular store.
  */
+#if LEASE_STORE_MODULES
+#define _GNU_SOURCE /* dladdr */
+#endif
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#if LEASE_STORE_MODULES
+#include <dlfcn.h>
+#include <errno.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <sys/stat.h>
+#endif
 
 #include "lease_int.h"
 
@@ -23,26 +35,208 @@ const char *const lease__pg_schemes[] = { "postgres", "postgresql", NULL };
 const char *const lease__redis_schemes[] = { "redis", NULL };
 const char *const lease__etcd_schemes[] = { "etcd", "etcds", NULL };
 
+/* The backend of a store module before it is loaded: "in this build", no
+ * slot (version 0, so that lease__backend_check would refuse it). */
+const lease_backend lease__module_placeholder = { 0 };
+
+/* A store built as a module of liblease.so: "in this build", its tables
+ * in the file named, loaded on first use. */
+#define MODULE_STORE(name, schemes) \
+    { name, schemes, &lease__module_placeholder, NULL, \
+      LEASE_MODULE_PREFIX name ".so" }
+#define ABSENT_STORE(name, schemes) { name, schemes, NULL, NULL, NULL }
+
 /* Every store of the project, in this order in every listing. */
 const lease__store_entry lease__stores[LEASE__NSTORES] = {
     { "sqlite", lease__sqlite_schemes, &lease__sqlite_backend,
-      lease__sqlite_client_version },
-#if LEASE_WITH_POSTGRES
-    { "postgres", lease__pg_schemes, &lease__pg_backend, lease__pg_client_version },
+      lease__sqlite_client_version, NULL },
+#if LEASE_WITH_POSTGRES && LEASE_STORE_MODULES
+    MODULE_STORE("postgres", lease__pg_schemes),
+#elif LEASE_WITH_POSTGRES
+    { "postgres", lease__pg_schemes, &lease__pg_backend, lease__pg_client_version, NULL },
 #else
-    { "postgres", lease__pg_schemes, NULL, NULL },
+    ABSENT_STORE("postgres", lease__pg_schemes),
 #endif
-#if LEASE_WITH_REDIS
-    { "redis", lease__redis_schemes, &lease__redis_backend, lease__redis_client_version },
+#if LEASE_WITH_REDIS && LEASE_STORE_MODULES
+    MODULE_STORE("redis", lease__redis_schemes),
+#elif LEASE_WITH_REDIS
+    { "redis", lease__redis_schemes, &lease__redis_backend, lease__redis_client_version,
+      NULL },
 #else
-    { "redis", lease__redis_schemes, NULL, NULL },
+    ABSENT_STORE("redis", lease__redis_schemes),
 #endif
-#if LEASE_WITH_ETCD
-    { "etcd", lease__etcd_schemes, &lease__etcd_backend, lease__etcd_client_version },
+#if LEASE_WITH_ETCD && LEASE_STORE_MODULES
+    MODULE_STORE("etcd", lease__etcd_schemes),
+#elif LEASE_WITH_ETCD
+    { "etcd", lease__etcd_schemes, &lease__etcd_backend, lease__etcd_client_version, NULL },
 #else
-    { "etcd", lease__etcd_schemes, NULL, NULL },
+    ABSENT_STORE("etcd", lease__etcd_schemes),
 #endif
 };
+
+#if LEASE_STORE_MODULES
+/* The loaded modules, per entry of lease__stores: set once, under the lock,
+ * and read without it. A module is never unloaded (its tables are in use
+ * by any open store), and a failed load is not remembered, so that a module
+ * installed later is found. */
+static const lease__store_module *_Atomic loaded[LEASE__NSTORES];
+static pthread_mutex_t load_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/*
+ * The directory of liblease.so, resolved once, when the loader maps the
+ * library: dladdr gives the name the loader used, which may be relative
+ * (LD_LIBRARY_PATH=lib, a relative run path) and so would follow any
+ * chdir the program made since if it were resolved at the first use of a
+ * module. Empty when it cannot be found: no module loads then.
+ */
+static char module_dir[PATH_MAX];
+
+__attribute__((constructor)) static void module_dir_find(void)
+{
+    static const char anchor = 0;
+    char dir[PATH_MAX];
+    const char *slash;
+    Dl_info info;
+
+    if (dladdr(&anchor, &info) == 0 || info.dli_fname == NULL ||
+        (slash = strrchr(info.dli_fname, '/')) == NULL ||
+        (size_t)(slash - info.dli_fname) >= sizeof(dir))
+        return;
+    memcpy(dir, info.dli_fname, (size_t)(slash - info.dli_fname));
+    dir[slash - info.dli_fname] = '\0';
+    if (realpath(dir, module_dir) == NULL || module_dir[0] != '/')
+        module_dir[0] = '\0';
+}
+
+/* A fork while another thread loads a module must not leave the child
+ * with the lock held for good: taken around fork, released on both sides. */
+static void load_lock_take(void)
+{
+    pthread_mutex_lock(&load_lock);
+}
+
+static void load_lock_give(void)
+{
+    pthread_mutex_unlock(&load_lock);
+}
+
+__attribute__((constructor)) static void load_lock_atfork(void)
+{
+    pthread_atfork(load_lock_take, load_lock_give, load_lock_give);
+}
+
+/* <directory of liblease.so>/LEASE_MODULE_SUBDIR/<file>. */
+static int module_path(char *buf, size_t size, const char *file)
+{
+    int n;
+
+    if (module_dir[0] == '\0')
+        return lease__seterr(LEASE_EINVALID,
+                             "cannot find the directory of liblease to load %s", file);
+    n = snprintf(buf, size, "%s/%s/%s", module_dir, LEASE_MODULE_SUBDIR, file);
+    if (n < 0 || (size_t)n >= size)
+        return lease__seterr(LEASE_EINVALID, "the path of %s is too long", file);
+    return 0;
+}
+
+/* What the module's entry point returned, checked as a registered table is. */
+static int module_check(const lease__store_entry *e, const char *path,
+                        const lease__store_module *m)
+{
+    if (m == NULL || m->abi != LEASE__MODULE_ABI)
+        return lease__seterr(LEASE_EINVALID,
+                             "the %s store's module %s is of another module ABI",
+                             e->name, path);
+    if (m->lease_version == NULL || strcmp(m->lease_version, LEASE_VERSION_STRING) != 0)
+        return lease__seterr(LEASE_EINVALID,
+                             "the %s store's module %s was built for liblease %s, "
+                             "this is liblease %s", e->name, path,
+                             m->lease_version ? m->lease_version : "?",
+                             LEASE_VERSION_STRING);
+    if (m->name == NULL || strcmp(m->name, e->name) != 0 || !m->client_version ||
+        lease__backend_check(m->backend) < 0 ||
+        m->backend->schemes != e->schemes)
+        return lease__seterr(LEASE_EINVALID,
+                             "the %s store's module %s is not that store's",
+                             e->name, path);
+    return 0;
+}
+
+/* dlopen the module of entry i. RTLD_LOCAL: its client library's symbols
+ * stay out of the global scope; RTLD_NOW: a missing symbol fails here, not
+ * in the middle of an acquire. */
+static int module_load(size_t i, const lease__store_module **out)
+{
+    const lease__store_entry *e = &lease__stores[i];
+    char path[PATH_MAX];
+    struct stat st;
+    lease__store_module_fn entry;
+    void *h, *sym;
+    int rc;
+
+    if ((rc = module_path(path, sizeof(path), e->module)) < 0)
+        return rc;
+    if (stat(path, &st) != 0 && errno == ENOENT)
+        return lease__seterr(LEASE_EINVALID,
+                             "the %s store is a module that is not installed: "
+                             "no %s", e->name, path);
+    if ((h = dlopen(path, RTLD_NOW | RTLD_LOCAL)) == NULL) {
+        const char *why = dlerror();
+
+        return lease__seterr(LEASE_EINVALID, "cannot load the %s store's module: %s",
+                             e->name, why ? why : path);
+    }
+    /* POSIX: a function's address may go through void *. */
+    if ((sym = dlsym(h, LEASE__MODULE_ENTRY)) != NULL)
+        memcpy(&entry, &sym, sizeof(entry));
+    if (sym == NULL)
+        rc = lease__seterr(LEASE_EINVALID, "the %s store's module %s has no %s",
+                           e->name, path, LEASE__MODULE_ENTRY);
+    else if ((rc = module_check(e, path, *out = entry())) == 0)
+        return 0;
+    dlclose(h);
+    return rc;
+}
+
+/* The module of entry i, loaded once, whichever thread comes first. */
+static int module_get(size_t i, const lease__store_module **out)
+{
+    const lease__store_module *m = atomic_load(&loaded[i]);
+    int rc = 0;
+
+    if (m == NULL) {
+        pthread_mutex_lock(&load_lock);
+        if ((m = atomic_load(&loaded[i])) == NULL &&
+            (rc = module_load(i, &m)) == 0)
+            atomic_store(&loaded[i], m);
+        pthread_mutex_unlock(&load_lock);
+    }
+    *out = m;
+    return rc;
+}
+#endif
+
+/* The backend and client_version of entry i, its module loaded if it is
+ * one; the error when that fails. */
+static int entry_tables(size_t i, const lease_backend **backend,
+                        int (**client_version)(char *, size_t))
+{
+#if LEASE_STORE_MODULES
+    const lease__store_module *m;
+    int rc;
+
+    if (lease__stores[i].module) {
+        if ((rc = module_get(i, &m)) < 0)
+            return rc;
+        *backend = m->backend;
+        *client_version = m->client_version;
+        return 0;
+    }
+#endif
+    *backend = lease__stores[i].backend;
+    *client_version = lease__stores[i].client_version;
+    return 0;
+}
 
 static int in_list(const char *const *list, const char *scheme)
 {
@@ -50,20 +244,6 @@ static int in_list(const char *const *list, const char *scheme)
         if (strcmp(*list, scheme) == 0)
             return 1;
     return 0;
-}
-
-const lease_backend *lease__backend_for(const char *scheme)
-{
-    size_t i;
-
-    for (i = 0; i < nregistered; i++)
-        if (in_list(registered[i]->schemes, scheme))
-            return registered[i];
-    for (i = 0; i < LEASE__NSTORES; i++)
-        if (lease__stores[i].backend &&
-            in_list(lease__stores[i].schemes, scheme))
-            return lease__stores[i].backend;
-    return NULL;
 }
 
 /* "sqlite, redis": the stores of this build, for messages. */
@@ -96,6 +276,31 @@ static int no_backend(const char *scheme)
                          scheme, names);
 }
 
+/* The backend of a scheme: an application's first, then the project's (its
+ * module loaded on first use); the error when none, or its module fails. */
+static int backend_lookup(const char *scheme, const lease_backend **out)
+{
+    int (*client_version)(char *, size_t);
+    size_t i;
+
+    for (i = 0; i < nregistered; i++)
+        if (in_list(registered[i]->schemes, scheme)) {
+            *out = registered[i];
+            return 0;
+        }
+    for (i = 0; i < LEASE__NSTORES; i++)
+        if (lease__stores[i].backend && in_list(lease__stores[i].schemes, scheme))
+            return entry_tables(i, out, &client_version);
+    return no_backend(scheme);
+}
+
+const lease_backend *lease__backend_for(const char *scheme)
+{
+    const lease_backend *b = NULL;
+
+    return backend_lookup(scheme, &b) == 0 ? b : NULL;
+}
+
 const char *lease_version(void)
 {
     return LEASE_VERSION_STRING;
@@ -122,9 +327,14 @@ int lease_store_client_version(char *buf, size_t size, const char *store)
     if (store == NULL)
         return lease__seterr(LEASE_EINVALID, "store is NULL");
     for (i = 0; i < LEASE__NSTORES; i++) {
+        const lease_backend *b;
+        int (*client_version)(char *, size_t);
+
         if (!lease__stores[i].backend || strcmp(lease__stores[i].name, store) != 0)
             continue;
-        if ((rc = lease__stores[i].client_version(buf, size)) < 0 ||
+        if ((rc = entry_tables(i, &b, &client_version)) < 0)
+            return rc; /* the module did not load */
+        if ((rc = client_version(buf, size)) < 0 ||
             (size_t)rc >= size) {
             buf[0] = '\0';
             return lease__seterr(LEASE_EINVALID, "buffer too small");
@@ -287,8 +497,8 @@ int lease_store_open_timeout(lease_store **out, const char *url,
         return lease__seterr(LEASE_EINVALID,
                              "store URL has no scheme: expected e.g. "
                              "sqlite:///var/lib/app/lease.db");
-    if ((b = lease__backend_for(scheme)) == NULL)
-        return no_backend(scheme);
+    if ((rc = backend_lookup(scheme, &b)) < 0)
+        return rc;
     /* Before the store's open: libpq, hiredis and libcurl may quote the
      * URL in their messages, and every message is scrubbed of these. */
     if ((rc = lease__secrets_hold(url)) < 0)

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # install_symbols: the ABI of liblease.so, built and installed. It exports
-# exactly the public API: every name matches ^lease_[a-z] (src/liblease.map
-# keeps the lease__ internals and every dependency's symbols local), every
-# function the public headers declare is exported, and nothing else is;
-# its SONAME is liblease.so.0.
+# exactly the public API under LEASE_0: every name matches ^lease_[a-z]
+# (src/liblease.map keeps every dependency's symbols local), every function
+# the public headers declare is exported, and nothing else is; the lease__
+# internals the store modules call are under LEASE_PRIVATE, and nothing
+# else; its SONAME is liblease.so.0. Each store module exports its entry
+# point alone.
 # Usage: install_symbols.sh BUILD_DIR SOURCE_DIR
 . "$(dirname "$0")/common.sh" "$@"
 require nm
@@ -38,10 +40,17 @@ check_exports() {
     section "exports of $lib"
     call nm -D --defined-only "$lib"
     expect_rc 0 "nm -D --defined-only"
-    # "ADDRESS TYPE NAME@@LEASE_0"; the version node itself is the absolute
-    # symbol LEASE_0.
-    exported=$(printf '%s\n' "$OUT" | awk 'NF >= 3 { print $3 }' | sed 's/@.*//' |
-        grep -vx 'LEASE_0' | sort -u)
+    # "ADDRESS TYPE NAME@@LEASE_0"; the version nodes themselves are the
+    # absolute symbols LEASE_0 and LEASE_PRIVATE.
+    exported=$(printf '%s\n' "$OUT" | awk 'NF >= 3 { print $3 }' | grep '@@LEASE_0$' |
+        sed 's/@.*//' | grep -vx 'LEASE_0' | sort -u)
+    private=$(printf '%s\n' "$OUT" | awk 'NF >= 3 { print $3 }' | grep -v '@@LEASE_0$' |
+        grep -vxE 'LEASE_0|LEASE_PRIVATE' | sort -u)
+    bad=$(printf '%s\n' "$private" | grep -vE '^lease__[a-z_0-9]+@@LEASE_PRIVATE$' |
+        grep . | head -n 20)
+    assert_eq "$bad" "" "other exports than lease__*@@LEASE_PRIVATE (first 20)"
+    # What the modules call: at least the error setter and the URL parser.
+    assert_contains "$private" "lease__url_parse@@LEASE_PRIVATE" "the internals for modules"
     bad=$(printf '%s\n' "$exported" | grep -vE '^lease_[a-z]' | grep . | head -n 20)
     assert_eq "$bad" "" "exported names not matching ^lease_[a-z] (first 20)"
     missing=$(comm -23 <(printf '%s\n' "$declared") <(printf '%s\n' "$exported") | head -n 20)
@@ -55,7 +64,17 @@ check_exports() {
     assert_eq "$soname" "liblease.so.0" "SONAME"
 }
 
-check_exports "$BUILD/liblease.so.$VERSION"
+check_exports "$BUILD/lib/liblease.so.$VERSION"
 check_exports "$LIBDIR/liblease.so.0"
+
+# The store modules (LEASE_STORE_MODULES): the entry point and nothing else.
+section "exports of the store modules"
+for m in "$LIBDIR"/lease/liblease-store-*.so; do
+    [ -e "$m" ] || continue
+    call nm -D --defined-only "$m"
+    expect_rc 0 "nm -D --defined-only $m"
+    assert_eq "$(printf '%s\n' "$OUT" | awk 'NF >= 3 { print $3 }' | sort -u)" \
+        "lease__store_module_entry" "the exports of ${m##*/}"
+done
 
 finish

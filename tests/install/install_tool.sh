@@ -17,6 +17,15 @@ for f in "$INCLUDEDIR/lease.h" "$INCLUDEDIR/lease/version.h" \
     "$DOCDIR/README.md" "$INSTALLED_LEASE"; do
     assert_file "$f" "installed"
 done
+# The store modules and the agent (LEASE_STORE_MODULES), under <libdir>/lease.
+if grep -q '^LEASE_STORE_MODULES:BOOL=ON$' "$BUILD/CMakeCache.txt"; then
+    assert_file "$LIBDIR/lease/lease-agent.so" "the agent module installed"
+    for s in postgres redis etcd; do
+        if has_store "$s"; then
+            assert_file "$LIBDIR/lease/liblease-store-$s.so" "the $s store module installed"
+        fi
+    done
+fi
 # Every public header, not only the two named above.
 for h in $(cd "$SRC/include" && find . -name '*.h' | sort); do
     assert_file "$INCLUDEDIR/${h#./}" "public header installed"

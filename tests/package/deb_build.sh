@@ -151,13 +151,17 @@ $(printf '%s\n' "${FILES[$1]}" | sed 's/^/    /')"
 LIBDIR=usr/lib/$MULTIARCH
 has liblease0 "$LIBDIR/liblease.so.0" "the SONAME link"
 has liblease0 "$LIBDIR/liblease.so.$UPSTREAM" "the shared library"
-# The runtime package holds the shared library and its Debian docs, nothing
-# else: the .so link, a header or the .pc there would make two versions of
-# liblease0 impossible to install side by side and pull -dev files into
-# every system that runs lease.
+# The store modules liblease.so.0 loads on first use (src/core/store.c).
+for m in postgres redis etcd; do
+    has liblease0 "$LIBDIR/lease/liblease-store-$m.so" "the $m store module"
+done
+# The runtime package holds the shared library, its store modules and its
+# Debian docs, nothing else: the .so link, a header or the .pc there would
+# make two versions of liblease0 impossible to install side by side and
+# pull -dev files into every system that runs lease.
 extra=$(printf '%s\n' "${FILES[liblease0]}" |
-    grep -vE "^($LIBDIR/liblease\.so\.0(\..*)?|usr/share/doc/liblease0/.*)$")
-assert_eq "$extra" "" "liblease0 holds only liblease.so.0*"
+    grep -vE "^($LIBDIR/liblease\.so\.0(\..*)?|$LIBDIR/lease/liblease-store-[a-z]+\.so|usr/share/doc/liblease0/.*)$")
+assert_eq "$extra" "" "liblease0 holds only liblease.so.0* and the store modules"
 
 has liblease-dev "$LIBDIR/liblease.so" "the link the linker uses (-llease)"
 has liblease-dev "$LIBDIR/liblease.a" "the static library"
@@ -172,6 +176,7 @@ while IFS= read -r h; do
 done < <(find "$PKG/include" -name '*.h' | sort)
 
 has lease usr/bin/lease "the tool"
+has lease "$LIBDIR/lease/lease-agent.so" "lease agent, loaded by the tool for that command"
 # The resource-side kits (docs/fencing.md): the SQL and the Redis library,
 # the SQLite extension for `.load`, and its static library for linking.
 has lease usr/share/lease/fence.sql "the PostgreSQL fencing kit"
@@ -210,8 +215,14 @@ assert_match "$(readelf -d "$ROOTLIB/liblease.so.0" 2>&1)" \
     "\(SONAME\) +Library soname: \[liblease\.so\.0\]" "SONAME of liblease.so.0"
 # Debian's loader finds the library in the multiarch directory: a run path
 # left in a packaged binary would be wrong (and is a packaging error).
-assert_not_contains "$(readelf -d "$ROOT/usr/bin/lease" "$ROOTLIB/liblease.so.0" 2>&1)" \
-    "PATH)" "no RPATH or RUNPATH in the packaged binaries"
+assert_not_contains "$(readelf -d "$ROOT/usr/bin/lease" "$ROOTLIB/liblease.so.0" \
+    "$ROOTLIB"/lease/*.so 2>&1)" "PATH)" "no RPATH or RUNPATH in the packaged binaries"
+# The modules need the store's client library; liblease0 depends on it.
+lib_depends=$(field liblease0 Depends)
+for dep in libpq5 libhiredis libcurl; do
+    assert_contains "$lib_depends" "$dep" "liblease0 depends on $dep (for its module)"
+done
+assert_contains "$(field lease Depends)" "libmicrohttpd" "lease depends on libmicrohttpd (agent)"
 
 section "unpacked: lease"
 # Every run of the packaged tool takes its library from the unpacked tree.
@@ -225,6 +236,13 @@ assert_contains "$OUT" "lease $UPSTREAM (liblease $UPSTREAM)" \
     "the tool and the library have the version of debian/changelog"
 # ON in debian/rules: a package must never lack a store.
 assert_contains "$OUT" "stores: sqlite, postgres, redis, etcd" "every store is built in"
+assert_contains "$OUT" "postgres: module $ROOTLIB/lease/liblease-store-postgres.so (not loaded)" \
+    "--version names the packaged module without loading it"
+call "${PL[@]}" --version --verbose
+expect_rc 0 "lease --version --verbose"
+for c in "postgres: libpq " "redis: hiredis " "etcd: libcurl " "agent: libmicrohttpd "; do
+    assert_contains "$OUT" "$c" "--version --verbose loads the packaged modules"
+done
 
 DB=sqlite://$T/deb.db
 call "${PL[@]}" --store "$DB" acquire deb/check --ttl 30s --label deb --json

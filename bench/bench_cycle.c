@@ -23,6 +23,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "bench_args.h"
 #include "lease.h"
 
 struct counts {
@@ -35,20 +36,6 @@ static void usage(void)
     fprintf(stderr, "usage: bench_cycle --store URL [--clients C] [--seconds S] "
                     "[--keys K] [--ttl-ms T] [--prefix P]\n");
     exit(2);
-}
-
-static long arg_long(const char *s, long lo, long hi)
-{
-    char *end;
-    long v;
-
-    errno = 0;
-    v = strtol(s, &end, 10);
-    if (errno || *s == '\0' || *end != '\0' || v < lo || v > hi) {
-        fprintf(stderr, "bench_cycle: '%s' is not a number in %ld..%ld\n", s, lo, hi);
-        exit(2);
-    }
-    return v;
 }
 
 static void client(int fd, const char *url, const char *prefix, int c, int clients,
@@ -105,13 +92,13 @@ int main(int argc, char **argv)
         if (strcmp(argv[i], "--store") == 0)
             url = argv[++i];
         else if (strcmp(argv[i], "--clients") == 0)
-            clients = arg_long(argv[++i], 1, 256);
+            clients = bench_arg_long("bench_cycle", argv[++i], 1, 256);
         else if (strcmp(argv[i], "--seconds") == 0)
-            seconds = arg_long(argv[++i], 1, 3600);
+            seconds = bench_arg_long("bench_cycle", argv[++i], 1, 3600);
         else if (strcmp(argv[i], "--keys") == 0)
-            keys = arg_long(argv[++i], 1, 10000000);
+            keys = bench_arg_long("bench_cycle", argv[++i], 1, 10000000);
         else if (strcmp(argv[i], "--ttl-ms") == 0)
-            ttl_ms = arg_long(argv[++i], 1, 86400000);
+            ttl_ms = bench_arg_long("bench_cycle", argv[++i], 1, 86400000);
         else if (strcmp(argv[i], "--prefix") == 0)
             prefix = argv[++i];
         else

@@ -26,6 +26,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "bench_args.h"
 #include "lease.h"
 
 static void usage(void)
@@ -33,20 +34,6 @@ static void usage(void)
     fprintf(stderr, "usage: bench_wake --store URL [--rounds N] [--hold-ms H] "
                     "[--key K]\n");
     exit(2);
-}
-
-static long arg_long(const char *s, long lo, long hi)
-{
-    char *end;
-    long v;
-
-    errno = 0;
-    v = strtol(s, &end, 10);
-    if (errno || *s == '\0' || *end != '\0' || v < lo || v > hi) {
-        fprintf(stderr, "bench_wake: '%s' is not a number in %ld..%ld\n", s, lo, hi);
-        exit(2);
-    }
-    return v;
 }
 
 static int64_t mono_ns(void)
@@ -165,9 +152,9 @@ int main(int argc, char **argv)
         if (strcmp(argv[i], "--store") == 0)
             url = argv[++i];
         else if (strcmp(argv[i], "--rounds") == 0)
-            rounds = arg_long(argv[++i], 1, 1000000);
+            rounds = bench_arg_long("bench_wake", argv[++i], 1, 1000000);
         else if (strcmp(argv[i], "--hold-ms") == 0)
-            hold_ms = arg_long(argv[++i], 10, 60000);
+            hold_ms = bench_arg_long("bench_wake", argv[++i], 10, 60000);
         else if (strcmp(argv[i], "--key") == 0)
             key = argv[++i];
         else

@@ -104,12 +104,18 @@ enum {
     SC_COUNT
 };
 
+/* A holder's renew and release write once (LSET, a few bytes of LPUSH)
+ * and must go on when the server is out of memory: without the flag Redis
+ * refuses a script whose first write is such a command, and every holder
+ * would lose its lease at once. New grants stay refused then. */
+#define ALLOW_OOM "#!lua flags=allow-oom\n"
+
 /* The scripts, one file each in src/stores/redis/ (see the top of this
  * file), each sent with lib.lua's helpers in front. */
 static const char *const scripts[SC_COUNT] = {
     [SC_ACQUIRE] = LEASE_REDIS_LIB LEASE_REDIS_ACQUIRE,
-    [SC_RENEW] = LEASE_REDIS_LIB LEASE_REDIS_RENEW,
-    [SC_RELEASE] = LEASE_REDIS_LIB LEASE_REDIS_RELEASE,
+    [SC_RENEW] = ALLOW_OOM LEASE_REDIS_LIB LEASE_REDIS_RENEW,
+    [SC_RELEASE] = ALLOW_OOM LEASE_REDIS_LIB LEASE_REDIS_RELEASE,
     [SC_INSPECT] = LEASE_REDIS_LIB LEASE_REDIS_INSPECT,
     [SC_FENCE] = LEASE_REDIS_LIB LEASE_REDIS_FENCE,
     [SC_PUT] = LEASE_REDIS_LIB LEASE_REDIS_PUT,

@@ -674,6 +674,41 @@ static void test_record_malformed_head(void **state)
     CHECK_RC(LEASE_ESTORE, lease_inspect(&info, s, key));
 }
 
+/*
+ * A server out of memory (maxmemory reached, noeviction) refuses new
+ * grants, but a holder must still renew and release: otherwise every
+ * lease is lost at once and waiters sleep out whole ttls. The renew and
+ * release scripts carry allow-oom; acquire does not.
+ */
+static void test_full_server_renew_release(void **state)
+{
+    char key[256], other[256], owner[LEASE_OWNER_BUFSZ];
+    lease_acquire_opts o;
+    lease_grant g, g2;
+    lease_info info;
+    lease_store *s = open_url(url);
+    int acquired, renewed, released;
+
+    (void)state;
+    key_name(key, sizeof(key), "oom");
+    key_name(other, sizeof(other), "oom-other");
+    new_opts(&o, owner, 30000);
+    CHECK_RC(0, lease_acquire(&g, NULL, s, key, &o));
+    cmd_ok("CONFIG SET maxmemory-policy noeviction");
+    cmd_ok("CONFIG SET maxmemory 1");
+    new_opts(&o, owner, 30000);
+    acquired = lease_acquire(&g2, NULL, s, other, &o);
+    renewed = lease_renew(&g, s, 30000);
+    released = lease_release(s, &g);
+    /* Put the server back before any assert can end the test. */
+    cmd_ok("CONFIG SET maxmemory 0");
+    assert_int_equal(acquired, LEASE_ESTORE); /* the server was full */
+    assert_int_equal(renewed, 0);
+    assert_int_equal(released, 0);
+    CHECK_RC(0, lease_inspect(&info, s, key));
+    assert_false(info.held);
+}
+
 int main(int argc, char **argv)
 {
     /* Three groups, run as three ctest tests so that each failure has a
@@ -691,6 +726,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_teardown(test_prefix_and_db_isolation, close_stores),
         cmocka_unit_test_teardown(test_odd_keys_list_exactly, close_stores),
         cmocka_unit_test_teardown(test_password_never_shown, close_stores),
+        cmocka_unit_test_teardown(test_full_server_renew_release, close_stores),
     };
     const struct CMUnitTest layout[] = {
         cmocka_unit_test_teardown(test_old_layout_held, close_stores),

@@ -412,6 +412,12 @@ static void agent_step(cli_globals *g, lease_store *s, const agent_opts *o,
     pthread_mutex_unlock(&view.mu);
 }
 
+#ifdef LEASE_CLI_AGENT_MODULE_BUILD
+/* Which tool this module was built with: cli_globals and cli_args are
+ * passed as they are, so the tool loads only a module of its own version. */
+const char cli_agent_version[] = LEASE_VERSION_STRING;
+#endif
+
 int cmd_agent(cli_globals *g, cli_args *a)
 {
     agent_opts o = { NULL, NULL, NULL, 10000, AGENT_MAX_CONN_DEFAULT,

@@ -568,6 +568,7 @@ static int cmd_help(cli_globals *g, cli_args *a);
 static int cmd_agent_module(cli_globals *g, cli_args *a)
 {
     int (*fn)(cli_globals *, cli_args *);
+    const char *version;
     char path[4096];
     void *h, *sym;
 
@@ -582,6 +583,15 @@ static int cmd_agent_module(cli_globals *g, cli_args *a)
         fputs("lease agent: cannot load the agent module: ", stderr);
         cli_put_text(stderr, why ? why : path);
         fputc('\n', stderr);
+        return EXIT_FAIL;
+    }
+    /* Another version's module would read this tool's structs wrongly. */
+    if ((version = dlsym(h, "cli_agent_version")) == NULL ||
+        strcmp(version, LEASE_VERSION_STRING) != 0) {
+        fputs("lease agent: the agent module ", stderr);
+        cli_put_text(stderr, path);
+        fprintf(stderr, " is not of lease %s\n", LEASE_VERSION_STRING);
+        dlclose(h);
         return EXIT_FAIL;
     }
     /* POSIX: a function's address may go through void *. */

@@ -103,6 +103,21 @@ assert_contains "$OUT" "$removed: the $removed store is a module that is not ins
 call env -u LD_LIBRARY_PATH "$INSTALLED_LEASE" --store "$db" ls
 expect_rc 0 "SQLite without the module"
 
+section "an agent module of another version"
+# The tool hands the module its own structs: a module built with another
+# version is refused before its cmd_agent runs (which would print "ran").
+cat >"$T/agent_other.c" <<'EOF_C'
+#include <stdio.h>
+const char cli_agent_version[] = "0.0.0-other";
+int cmd_agent(void *g, void *a) { (void)g; (void)a; puts("ran"); return 0; }
+EOF_C
+call cc -shared -fPIC -o "$LIBDIR/lease/lease-agent.so" "$T/agent_other.c"
+expect_rc 0 "cc a stand-in agent module of another version"
+call env -u LD_LIBRARY_PATH "$INSTALLED_LEASE" --store "$db" agent x --listen 127.0.0.1:1
+expect_rc 1 "agent with a module of another version"
+assert_contains "$ERR" "is not of lease" "the message says why"
+assert_not_contains "$OUT" "ran" "the module's cmd_agent did not run"
+
 section "the agent module not installed"
 rm -f "$LIBDIR/lease/lease-agent.so"
 call env -u LD_LIBRARY_PATH "$INSTALLED_LEASE" --store "$db" agent x --listen 127.0.0.1:1

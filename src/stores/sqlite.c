@@ -206,6 +206,7 @@ typedef struct {
     int64_t call_deadline; /* lease_clock_ns() at which this call gives up */
     char wake_dir[PATH_MAX]; /* "<file>-wake", absolute; "" when too long */
     mode_t wake_mode;        /* the database file's rw bits, for wake files */
+    uid_t wake_uid;          /* the database file's owner */
     int wake_fd;             /* inotify, -1 until the first wait */
 } sqlite_store;
 
@@ -813,6 +814,7 @@ static void sqlite_wake_setup(sqlite_store *s, const char *file)
     if (n < 0 || (size_t)n >= sizeof(s->wake_dir) - 4)
         s->wake_dir[0] = '\0';
     s->wake_mode = stat(file, &st) == 0 ? (st.st_mode & 0666) | 0600 : 0600;
+    s->wake_uid = stat(file, &st) == 0 ? st.st_uid : geteuid();
 }
 
 static int sqlite_open(lease_store *base, const char *url)
@@ -1047,9 +1049,10 @@ static int sqlite_renew_many(int *results, uint64_t *granted_ms, lease_store *ba
 #define WAKE_EVENTS (IN_ATTRIB | IN_MODIFY | IN_CLOSE_WRITE | IN_DELETE_SELF | \
                      IN_MOVE_SELF)
 
-/* "<wake_dir>/<bucket>" for key into out[size]; -1 without a wake dir. */
+/* "<bucket>", the name of key's file in the wake directory, into
+ * out[size]; -1 without a wake dir. */
 static int sqlite_wake_name(char *out, size_t size, const sqlite_store *s,
-                            const char *key, int with_dir)
+                            const char *key)
 {
     uint32_t h = 2166136261u; /* FNV-1a: stable across processes and builds */
     const unsigned char *p;
@@ -1059,11 +1062,27 @@ static int sqlite_wake_name(char *out, size_t size, const sqlite_store *s,
         return -1;
     for (p = (const unsigned char *)key; *p; p++)
         h = (h ^ *p) * 16777619u;
-    if (with_dir)
-        n = snprintf(out, size, "%s/%02x", s->wake_dir, (unsigned)(h % WAKE_BUCKETS));
-    else
-        n = snprintf(out, size, "%02x", (unsigned)(h % WAKE_BUCKETS));
+    n = snprintf(out, size, "%02x", (unsigned)(h % WAKE_BUCKETS));
     return n > 0 && (size_t)n < size ? 0 : -1;
+}
+
+/* The wake directory, opened without following a link, if it is one the
+ * database's users made: owned by us or by the database's owner, and
+ * writable by no one the database itself does not let write. Another's
+ * directory (made first where others may create files) could be used to
+ * hide releases or to watch them: -1, and waiters poll. */
+static int sqlite_wake_dir(const sqlite_store *s)
+{
+    struct stat st;
+    int dir = open(s->wake_dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+
+    if (dir >= 0 && (fstat(dir, &st) != 0 ||
+                     (st.st_uid != geteuid() && st.st_uid != s->wake_uid) ||
+                     ((st.st_mode & 0022) & ~((s->wake_mode & 0066) >> 1)))) {
+        close(dir);
+        dir = -1;
+    }
+    return dir;
 }
 
 /* After a committed release: wake whoever watches key's file. Failure
@@ -1071,10 +1090,14 @@ static int sqlite_wake_name(char *out, size_t size, const sqlite_store *s,
  * the waiters' polling still finds the key free. */
 static void sqlite_wake(const sqlite_store *s, const char *key)
 {
-    char path[PATH_MAX + 8];
+    char name[8];
+    int dir;
 
-    if (sqlite_wake_name(path, sizeof(path), s, key, 1) == 0)
-        (void)utimensat(AT_FDCWD, path, NULL, AT_SYMLINK_NOFOLLOW);
+    if (sqlite_wake_name(name, sizeof(name), s, key) == 0 &&
+        (dir = sqlite_wake_dir(s)) >= 0) {
+        (void)utimensat(dir, name, NULL, AT_SYMLINK_NOFOLLOW);
+        close(dir);
+    }
 }
 
 /* Open (creating it if needed) key's wake file without following a link
@@ -1086,12 +1109,11 @@ static int sqlite_wake_open(const sqlite_store *s, const char *key)
     struct stat st;
     int dir, fd;
 
-    if (sqlite_wake_name(name, sizeof(name), s, key, 0) < 0)
+    if (sqlite_wake_name(name, sizeof(name), s, key) < 0)
         return -1;
     if (mkdir(s->wake_dir, dmode) != 0 && errno != EEXIST)
         return -1;
-    dir = open(s->wake_dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (dir < 0)
+    if ((dir = sqlite_wake_dir(s)) < 0)
         return -1;
     /* The umask narrowed what mkdir and O_CREAT gave: the other users of
      * the database (a shared group) must be able to create and touch the

@@ -220,6 +220,43 @@ static void no_wake_files(const char *dir)
     lease_store_close(s);
 }
 
+/* A wake directory anyone may write to (as if another user had made it
+ * first in a shared directory) is not used: the waiter creates no file in
+ * it and polls (every 50 ms), and still gets the key. */
+static void foreign_wake_dir(const char *dir)
+{
+    char url[4200], path[4200];
+    struct dirent *e;
+    lease_store *s;
+    lease_grant g;
+    int rc, entries = 0;
+    pid_t pid;
+    DIR *d;
+
+    snprintf(url, sizeof(url), "sqlite://%s/foreign.db", dir);
+    snprintf(path, sizeof(path), "%s/foreign.db-wake", dir);
+    if (mkdir(path, 0700) != 0 || chmod(path, 0777) != 0) {
+        perror("FATAL: make the world-writable wake directory");
+        exit(1);
+    }
+    s = open_store(url);
+    hold(&g, s, "foreign", MINUTES_10);
+    pid = spawn_waiter(url, "foreign", 50);
+    sleep_ms(300); /* several waits; a release before them is fine too */
+    rc = lease_release(s, &g);
+    CHECK(rc == 0, "foreign wake dir: release: %s", lease_error_name(rc));
+    rc = reap(pid);
+    CHECK(rc == 0, "foreign wake dir: the polling waiter did not get the key (exit %d)", rc);
+    if ((d = opendir(path)) != NULL) {
+        while ((e = readdir(d)) != NULL)
+            entries += strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0;
+        closedir(d);
+    }
+    CHECK(entries == 0, "foreign wake dir: %d file(s) were made in a directory "
+          "anyone may write to", entries);
+    lease_store_close(s);
+}
+
 int main(int argc, char **argv)
 {
     char url[4200], dir[4096];
@@ -241,6 +278,7 @@ int main(int argc, char **argv)
     killed_waiter(url, s);
     lease_store_close(s);
     no_wake_files(dir);
+    foreign_wake_dir(dir);
     if (failures)
         fprintf(stderr, "%d check(s) failed\n", failures);
     return failures ? 1 : 0;

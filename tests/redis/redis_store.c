@@ -709,6 +709,41 @@ static void test_full_server_renew_release(void **state)
     assert_false(info.held);
 }
 
+/* The record is trimmed: after three times LEASE_HISTORY_KEEP grants it
+ * holds at most what a batch trim allows (two items a grant, and one
+ * batch of 40 above that), and the history still has at least the
+ * newest KEEP, newest first. */
+static void test_record_trimmed(void **state)
+{
+    char key[256], rk[300], owner[LEASE_OWNER_BUFSZ];
+    lease_history_entry *h = NULL;
+    lease_acquire_opts o;
+    lease_store *s = open_url(url);
+    lease_grant g;
+    redisReply *r;
+    size_t n = 0, i;
+    int k;
+
+    (void)state;
+    key_name(key, sizeof(key), "trimmed");
+    snprintf(rk, sizeof(rk), "lease:{%s}:token", key);
+    for (k = 0; k < 3 * LEASE_HISTORY_KEEP; k++) {
+        new_opts(&o, owner, 30000);
+        CHECK_RC(0, lease_acquire(&g, NULL, s, key, &o));
+        CHECK_RC(0, lease_release(s, &g));
+    }
+    r = cmd("LLEN %s", rk);
+    assert_int_equal(r->type, REDIS_REPLY_INTEGER);
+    assert_true(r->integer <= 2 * LEASE_HISTORY_KEEP + 40);
+    freeReplyObject(r);
+    CHECK_RC(0, lease_history(&h, &n, s, key, 0));
+    assert_true(n >= LEASE_HISTORY_KEEP);
+    assert_int_equal(h[0].token, g.token);
+    for (i = 1; i < n; i++)
+        assert_true(h[i].token < h[i - 1].token);
+    lease_history_free(h);
+}
+
 int main(int argc, char **argv)
 {
     /* Three groups, run as three ctest tests so that each failure has a
@@ -727,6 +762,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_teardown(test_odd_keys_list_exactly, close_stores),
         cmocka_unit_test_teardown(test_password_never_shown, close_stores),
         cmocka_unit_test_teardown(test_full_server_renew_release, close_stores),
+        cmocka_unit_test_teardown(test_record_trimmed, close_stores),
     };
     const struct CMUnitTest layout[] = {
         cmocka_unit_test_teardown(test_old_layout_held, close_stores),

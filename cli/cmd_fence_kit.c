@@ -273,6 +273,18 @@ static int fence_install_run(const cli_globals *g, const char *url, const char *
     return rc;
 }
 
+/* Is the Redis store in this build (built in, or a module)? */
+static int has_redis_store(void)
+{
+    const char *name;
+    size_t i;
+
+    for (i = 0; (name = lease_store_builtin(i)) != NULL; i++)
+        if (strcmp(name, "redis") == 0)
+            return 1;
+    return 0;
+}
+
 int cmd_fence_install(cli_globals *g, cli_args *a)
 {
     fence_install_opts o = { NULL, NULL };
@@ -280,6 +292,10 @@ int cmd_fence_install(cli_globals *g, cli_args *a)
     size_t len = 0;
     int rc = fence_install_parse(g, a, &o);
 
+    if (rc == 0 && !has_redis_store()) {
+        fputs("lease fence-install: this lease was built without Redis support\n", stderr);
+        rc = EXIT_FAIL;
+    }
     if (rc == 0 && (rc = kit_text(&kit, &len, o.from)) == 0)
         rc = fence_install_run(g, o.url, kit, len);
     free(kit);

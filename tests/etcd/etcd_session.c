@@ -651,6 +651,21 @@ static void assert_last_ended(const char *key, lease_ended ended)
     lease_history_free(e);
 }
 
+/* A loopback forwarder to the test's etcd, and in via[size] a URL of the
+ * test's prefix that goes through it. */
+static conf_forwarder *forwarder_to_etcd(char *via, size_t size)
+{
+    char host[256], port[16];
+    conf_forwarder *f;
+
+    assert_int_equal(conf_url_hostport(host, sizeof(host), port, sizeof(port), base_url), 0);
+    f = conf_forwarder_start(host, port);
+    assert_non_null(f);
+    snprintf(via, size, "etcd://127.0.0.1:%d%.*s", conf_forwarder_port(f),
+             (int)strlen(prefix) - 1, prefix);
+    return f;
+}
+
 /*
  * A release whose outcome is unknown (the member cannot be reached: a
  * paused forwarder) leaves the key attached to the shared lease, and the
@@ -661,17 +676,13 @@ static void assert_last_ended(const char *key, lease_ended ended)
 static void test_release_unknown(void **state)
 {
     lease_grant g[3], keep[2];
-    char host[256], port[16], via[600];
+    char via[600];
     conf_forwarder *f;
     lease_store *h;
     int64_t id;
 
     (void)state;
-    assert_int_equal(conf_url_hostport(host, sizeof(host), port, sizeof(port), base_url), 0);
-    f = conf_forwarder_start(host, port);
-    assert_non_null(f);
-    snprintf(via, sizeof(via), "etcd://127.0.0.1:%d%.*s", conf_forwarder_port(f),
-             (int)strlen(prefix) - 1, prefix);
+    f = forwarder_to_etcd(via, sizeof(via));
     h = shared_handle(g, via, "unknown", 3);
     id = lease_of("unknown/001", NULL);
     conf_forwarder_pause(f);
@@ -875,18 +886,14 @@ static void test_plain_idle_gone(void **state)
 static void test_plain_unknown(void **state)
 {
     lease_acquire_opts o = LEASE_ACQUIRE_OPTS_INIT;
-    char host[256], port[16], via[600];
+    char via[600];
     conf_forwarder *f;
     lease_store *h;
     lease_grant g;
     int64_t id;
 
     (void)state;
-    assert_int_equal(conf_url_hostport(host, sizeof(host), port, sizeof(port), base_url), 0);
-    f = conf_forwarder_start(host, port);
-    assert_non_null(f);
-    snprintf(via, sizeof(via), "etcd://127.0.0.1:%d%.*s", conf_forwarder_port(f),
-             (int)strlen(prefix) - 1, prefix);
+    f = forwarder_to_etcd(via, sizeof(via));
     h = plain_handle(via);
     plain_acquire(&g, h, "unknown/a", 5 * TTL_MS);
     id = lease_of("unknown/a", NULL);

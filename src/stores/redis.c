@@ -78,12 +78,11 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
-#include <pthread.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/time.h>
 #include <unistd.h>
@@ -123,6 +122,12 @@ static const char *const scripts[SC_COUNT] = {
     [SC_HISTORY_LOST] = LEASE_REDIS_LIB LEASE_REDIS_HISTORY_LOST,
 };
 
+/* Commands to send at once (one, or a pipeline), in the wire format. */
+typedef struct {
+    char *buf;
+    size_t len, cap;
+} redis_out;
+
 typedef struct {
     lease_store parent;
     redisContext *ctx;      /* commands */
@@ -134,11 +139,13 @@ typedef struct {
     int password_from_file; /* ?password_file= */
     int db;
     char prefix[64];
+    char chan[80];          /* the release channel, <prefix>released */
     int wait_replicas;
     uint64_t wait_timeout_ms;
     int tokens;             /* LEASE__TOKENS_CLOCK or _COUNTER (?tokens=) */
     char sha[SC_COUNT][41];
     int64_t deadline_ns;    /* of the call in progress (lease_clock_ns) */
+    redis_out out;          /* the command being sent, kept for the next */
 } redis_store;
 
 static _Atomic int durability_warned;
@@ -333,44 +340,136 @@ static int redis_check_headers(redis_store *s, redisContext *c, const char *what
     return rc;
 }
 
-/* hiredis writes with write(2), which raises SIGPIPE on a connection the
- * server has closed (an idle timeout, a restart): that would kill the
- * application. Block it in this thread for the write and take back a
- * SIGPIPE the write raised, as libcurl does; one that was already pending
- * is left alone. */
-static int redis_write(redisContext *c, int *done)
+/*
+ * Commands go out through send() with MSG_NOSIGNAL, not hiredis's
+ * redisBufferWrite: its write(2) raises SIGPIPE on a connection the server
+ * has closed (an idle timeout, a restart), which would kill the
+ * application, and keeping that off around write(2) took four signal-mask
+ * system calls per command. Here a command is one system call, the socket
+ * polled for room only when it is full; EPIPE is an error like any other.
+ * hiredis only parses the replies (redis_queue formats the commands); its
+ * own output buffer stays empty.
+ */
+static int redis_send(redis_store *s, redisContext *c, const char *buf,
+                      size_t len, const char *what)
 {
-    static const struct timespec now = { 0, 0 };
-    sigset_t pipe_set, old, pending;
-    int rc, was_pending;
+    /* Bounded: every pass sends bytes, or waits in redis_poll, which ends
+     * at the deadline. */
+    while (len > 0) {
+        ssize_t n = send(c->fd, buf, len, MSG_NOSIGNAL);
+        int rc;
 
-    sigemptyset(&pipe_set);
-    sigaddset(&pipe_set, SIGPIPE);
-    pthread_sigmask(SIG_BLOCK, &pipe_set, &old);
-    was_pending = sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE);
-    rc = redisBufferWrite(c, done);
-    if (!was_pending && sigpending(&pending) == 0 &&
-        sigismember(&pending, SIGPIPE))
-        sigtimedwait(&pipe_set, NULL, &now);
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
+        if (n > 0) {
+            buf += n;
+            len -= (size_t)n;
+        } else if (n < 0 && errno == EINTR) {
+            continue;
+        } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            if ((rc = redis_poll(s, c, POLLOUT, what)) < 0)
+                return rc;
+        } else {
+            rc = lease__seterr(LEASE_ESTORE, "redis %s on %s: %s", what,
+                               s->parent.url_redacted,
+                               n < 0 ? strerror(errno) : "connection lost");
+            redis_forget(s, c);
+            return rc;
+        }
+    }
+    return 0;
+}
+
+/* v in decimal at buf (21 bytes at least), NUL-terminated; returns its
+ * length. The numbers of the hot path, without snprintf's parsing. */
+static size_t dec_u64(char *buf, uint64_t v)
+{
+    char digits[20];
+    size_t k = 0, i = 0;
+
+    do {
+        digits[k++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v > 0);
+    while (k > 0)
+        buf[i++] = digits[--k];
+    buf[i] = '\0';
+    return i;
+}
+
+/* "<type><n>\r\n" at p; returns the bytes written (at most 23). */
+static size_t resp_head(char *p, char type, size_t n)
+{
+    size_t i = 1 + dec_u64(p + 1, n);
+
+    p[0] = type;
+    p[i++] = '\r';
+    p[i++] = '\n';
+    return i;
+}
+
+/* Append one command with binary-safe arguments (lens NULL: C strings) to
+ * o in the protocol: "*argc", then "$len" and the bytes of each argument.
+ * Written here rather than by hiredis's redisFormatCommandArgv, which
+ * prints every length with sprintf: on the hot path that was most of the
+ * client's own work per command. LEASE_ENOMEM when there is no memory. */
+static int redis_queue(redis_out *o, int argc, const char **argv,
+                       const size_t *lens)
+{
+    size_t need = 24, cap, len;
+    char *p;
+    int i;
+
+    for (i = 0; i < argc; i++)
+        need += (lens ? lens[i] : strlen(argv[i])) + 26;
+    if (o->len + need > o->cap) {
+        char *b;
+
+        for (cap = o->cap ? o->cap : 512; cap < o->len + need; cap *= 2)
+            ;
+        if ((b = realloc(o->buf, cap)) == NULL)
+            return lease__seterr(LEASE_ENOMEM, "out of memory");
+        o->buf = b;
+        o->cap = cap;
+    }
+    p = o->buf + o->len;
+    p += resp_head(p, '*', (size_t)argc);
+    for (i = 0; i < argc; i++) {
+        len = lens ? lens[i] : strlen(argv[i]);
+        p += resp_head(p, '$', len);
+        memcpy(p, argv[i], len);
+        p += len;
+        *p++ = '\r';
+        *p++ = '\n';
+    }
+    o->len = (size_t)(p - o->buf);
+    return 0;
+}
+
+/* Send o's commands on c and empty o; a buffer grown past 64 KiB (a large
+ * guarded value, a long pipeline) is given back rather than kept. */
+static int redis_flush(redis_store *s, redisContext *c, redis_out *o,
+                       const char *what)
+{
+    int rc = redis_send(s, c, o->buf, o->len, what);
+
+    o->len = 0;
+    if (o->cap > ((size_t)64 << 10)) {
+        free(o->buf);
+        o->buf = NULL;
+        o->cap = 0;
+    }
     return rc;
 }
 
-/* Send what is queued on c, then read one complete reply (to be freed). */
-static int redis_roundtrip(redisReply **out, redis_store *s, redisContext *c,
-                           const char *what)
+/* Read one complete reply from c (to be freed): every command was sent
+ * before (redis_send), so this only reads. */
+static int redis_read(redisReply **out, redis_store *s, redisContext *c,
+                      const char *what)
 {
     void *reply = NULL;
-    int done = 0, rc;
+    int rc;
 
     *out = NULL;
     /* Bounded by the deadline: every pass waits in redis_poll. */
-    while (!done) {
-        if ((rc = redis_poll(s, c, POLLOUT, what)) < 0)
-            return rc;
-        if (redis_write(c, &done) != REDIS_OK)
-            return redis_fail_ctx(s, c, what);
-    }
     for (;;) {
         if ((rc = redis_check_headers(s, c, what)) < 0)
             return rc;
@@ -401,9 +500,10 @@ static int redis_call(redisReply **out, redis_store *s, redisContext *c, int arg
     int rc;
 
     *out = NULL;
-    if (redisAppendCommandArgv(c, argc, argv, lens) != REDIS_OK)
-        return redis_fail_ctx(s, c, what);
-    if ((rc = redis_roundtrip(&r, s, c, what)) < 0)
+    s->out.len = 0;
+    if ((rc = redis_queue(&s->out, argc, argv, lens)) < 0 ||
+        (rc = redis_flush(s, c, &s->out, what)) < 0 ||
+        (rc = redis_read(&r, s, c, what)) < 0)
         return rc;
     if (r->type == REDIS_REPLY_ERROR) {
         char text[256];
@@ -432,8 +532,8 @@ static int redis_simple(redis_store *s, redisContext *c, const char *what, int a
  * anything else: a window remains between socket() inside hiredis and this
  * fcntl in which another thread's fork+exec would inherit it, which no code
  * outside hiredis can close. Then switch the socket to non-blocking, for
- * redis_roundtrip's polls (hiredis treats EAGAIN as "no data yet" only
- * without REDIS_BLOCK).
+ * the polls of redis_send and redis_read (hiredis treats EAGAIN as "no
+ * data yet" only without REDIS_BLOCK).
  */
 static int redis_prepare_fd(redisContext *c)
 {
@@ -595,7 +695,7 @@ static int redis_ensure(redis_store *s)
 #define EVAL_ARGV_MAX 12
 
 /* The command line of EVALSHA <script> <nkeys> args... into argv/lv;
- * `nk` (>= 8 bytes) holds the key count's text. Returns argc. Shared by
+ * `nk` (>= 21 bytes) holds the key count's text. Returns argc. Shared by
  * redis_eval and the pipelined renewals, so both send the same command. */
 static int eval_argv(const char **argv, size_t *lv, char *nk,
                      const redis_store *s, int which, int nkeys,
@@ -603,7 +703,7 @@ static int eval_argv(const char **argv, size_t *lv, char *nk,
 {
     int i;
 
-    snprintf(nk, 8, "%d", nkeys);
+    dec_u64(nk, (uint64_t)nkeys);
     argv[0] = "EVALSHA";
     lv[0] = 7;
     argv[1] = s->sha[which];
@@ -631,7 +731,7 @@ static int redis_eval(redisReply **out, redis_store *s, int which, int nkeys,
 {
     const char *argv[EVAL_ARGV_MAX];
     size_t lv[EVAL_ARGV_MAX];
-    char nk[8];
+    char nk[24];
     int argc, rc, attempt;
 
     *out = NULL;
@@ -660,13 +760,24 @@ static int redis_eval(redisReply **out, redis_store *s, int which, int nkeys,
 
 /* ---- keys ---------------------------------------------------------------- */
 
-/* <prefix>{name}<suffix>, binary-safe for every byte but NUL. */
-static size_t key_of(char *out, size_t size, const redis_store *s,
-                     const char *kind, const char *name, const char *suffix)
+/* <prefix><kind>{name}<suffix>, binary-safe for every byte but NUL, cut
+ * to size - 1 bytes (KEYBUF holds the longest). Copied part by part:
+ * snprintf's format parsing, three keys per call, was a fifth of the
+ * client's own work on the hot path. */
+static void key_of(char *out, size_t size, const redis_store *s,
+                   const char *kind, const char *name, const char *suffix)
 {
-    int n = snprintf(out, size, "%s%s{%s}%s", s->prefix, kind, name, suffix);
+    const char *part[6] = { s->prefix, kind, "{", name, "}", suffix };
+    size_t n = 0, i, len;
 
-    return n < 0 ? 0 : (size_t)n;
+    for (i = 0; i < 6; i++) {
+        len = strlen(part[i]);
+        if (len > size - 1 - n)
+            len = size - 1 - n;
+        memcpy(out + n, part[i], len);
+        n += len;
+    }
+    out[n] = '\0';
 }
 
 #define KEYBUF (64 + 16 + LEASE_KEY_MAX + 16)
@@ -884,10 +995,10 @@ static int redis_acquire(lease_grant *out, lease_info *holder, lease_store *base
 
     redis_begin(s);
     record_keys_of(&k, s, req->key);
-    snprintf(ttl, sizeof(ttl), "%llu", (unsigned long long)req->ttl_ms);
+    dec_u64(ttl, req->ttl_ms);
     /* The script keeps at least this many grants: the C constant is the
      * one definition of the bound. */
-    snprintf(keep, sizeof(keep), "%d", LEASE_HISTORY_KEEP);
+    dec_u64(keep, LEASE_HISTORY_KEEP);
     args[0] = k.ck;
     args[1] = k.lk;
     args[2] = k.hk;
@@ -933,8 +1044,8 @@ static void renew_args_of(renew_args *a, const redis_store *s, const char *key,
                           const char *owner, uint64_t token, uint64_t ttl_ms)
 {
     record_keys_of(&a->k, s, key);
-    snprintf(a->tok, sizeof(a->tok), "%llu", (unsigned long long)token);
-    snprintf(a->ttl, sizeof(a->ttl), "%llu", (unsigned long long)ttl_ms);
+    dec_u64(a->tok, token);
+    dec_u64(a->ttl, ttl_ms);
     a->args[0] = a->k.ck;
     a->args[1] = a->k.lk;
     a->args[2] = a->k.hk;
@@ -974,25 +1085,25 @@ static int redis_renew(uint64_t *granted_ms, lease_store *base, const char *key,
     return 0;
 }
 
-/* Queue one EVALSHA of renew.lua per grant on the command connection;
- * nothing is sent yet (redis_roundtrip sends it all with the first read). */
+/* Send one EVALSHA of renew.lua per grant on the command connection, all
+ * in one send (the replies are read after). */
 static int renew_many_send(redis_store *s, const lease_grant *grants, size_t n,
                            uint64_t ttl_ms)
 {
     const char *argv[EVAL_ARGV_MAX];
     size_t lv[EVAL_ARGV_MAX], i;
-    char nk[8];
+    char nk[24];
     renew_args a;
-    int argc;
+    int argc, rc = 0;
 
-    for (i = 0; i < n; i++) {
+    s->out.len = 0;
+    for (i = 0; i < n && rc == 0; i++) {
         renew_args_of(&a, s, grants[i].key, grants[i].owner, grants[i].token,
                       ttl_ms);
         argc = eval_argv(argv, lv, nk, s, SC_RENEW, 3, a.args, NULL, 6);
-        if (redisAppendCommandArgv(s->ctx, argc, argv, lv) != REDIS_OK)
-            return redis_fail_ctx(s, s->ctx, "renew");
+        rc = redis_queue(&s->out, argc, argv, lv);
     }
-    return 0;
+    return rc < 0 ? rc : redis_flush(s, s->ctx, &s->out, "renew");
 }
 
 /*
@@ -1014,7 +1125,7 @@ static int renew_many_read(int *results, int *noscript, redis_store *s,
     for (i = 0; i < n; i++) {
         redisReply *r;
 
-        if ((rc = redis_roundtrip(&r, s, s->ctx, "renew")) < 0)
+        if ((rc = redis_read(&r, s, s->ctx, "renew")) < 0)
             return rc;
         if (redis_noscript(r)) {
             *noscript = 1;
@@ -1077,16 +1188,15 @@ static int redis_release(lease_store *base, const char *key, const char *owner,
                          uint64_t token)
 {
     redis_store *s = (redis_store *)base;
-    char tok[24], chan[96];
+    char tok[24];
     record_keys k;
-    const char *args[7] = { k.ck, k.lk, k.hk, owner, tok, chan, key };
+    const char *args[7] = { k.ck, k.lk, k.hk, owner, tok, s->chan, key };
     redisReply *r;
     int rc;
 
     redis_begin(s);
     record_keys_of(&k, s, key);
-    snprintf(tok, sizeof(tok), "%llu", (unsigned long long)token);
-    snprintf(chan, sizeof(chan), "%sreleased", s->prefix);
+    dec_u64(tok, token);
     if ((rc = redis_eval(&r, s, SC_RELEASE, 3, args, NULL, 7, "release")) < 0)
         return rc;
     rc = redis_outcome(r, "release");
@@ -1156,25 +1266,26 @@ static int inspect_many(lease_info *infos, size_t *got, redis_store *s,
                         char (*names)[LEASE_KEY_MAX + 1], size_t n)
 {
     record_keys k;
-    size_t i, sent = 0;
+    size_t i;
     int rc = 0;
 
     if ((rc = redis_ensure(s)) < 0)
         return rc;
-    for (i = 0; i < n; i++) {
+    s->out.len = 0;
+    for (i = 0; i < n && rc == 0; i++) {
         const char *argv[6] = { "EVALSHA", s->sha[SC_INSPECT], "3", k.ck, k.lk, k.hk };
 
         record_keys_of(&k, s, names[i]);
-        if (redisAppendCommandArgv(s->ctx, 6, argv, NULL) != REDIS_OK)
-            return redis_fail_ctx(s, s->ctx, "list");
-        sent++;
+        rc = redis_queue(&s->out, 6, argv, NULL);
     }
-    /* Read every reply that was queued; a failure or a malformed answer
+    if (rc < 0 || (rc = redis_flush(s, s->ctx, &s->out, "list")) < 0)
+        return rc;
+    /* Read every reply that was sent; a failure or a malformed answer
      * drops the connection, so that none is left in flight. */
-    for (i = 0; i < sent; i++) {
+    for (i = 0; i < n; i++) {
         redisReply *r;
 
-        if ((rc = redis_roundtrip(&r, s, s->ctx, "list")) < 0)
+        if ((rc = redis_read(&r, s, s->ctx, "list")) < 0)
             return rc;
         if (r->type == REDIS_REPLY_ERROR) {
             freeReplyObject(r);
@@ -1536,11 +1647,9 @@ static int redis_wait_release(lease_store *base, const char *key,
     int rc;
 
     if (s->sub == NULL) {
-        char chan[96];
-        const char *a[2] = { "SUBSCRIBE", chan };
+        const char *a[2] = { "SUBSCRIBE", s->chan };
 
         redis_begin(s);
-        snprintf(chan, sizeof(chan), "%sreleased", s->prefix);
         if ((s->sub = connect_one(s, &rc)) == NULL)
             return rc;
         if ((rc = redis_simple(s, s->sub, "subscribe", 2, a)) < 0) {
@@ -1667,6 +1776,7 @@ static void redis_close(lease_store *base)
 
     redis_drop(s);
     redis_drop_sub(s);
+    free(s->out.buf);
     free(s->user);
     if (s->password) {
         if (s->password_from_file)
@@ -1763,6 +1873,7 @@ static int redis_parse_url(redis_store *s, const lease__url *u)
         return lease__seterr(LEASE_ENOMEM, "out of memory");
     if ((rc = redis_parse_params(s, u)) < 0)
         return rc;
+    snprintf(s->chan, sizeof(s->chan), "%sreleased", s->prefix);
     /* A user without a password would connect without AUTH, as the
      * default user: say so rather than run as someone else. */
     if (s->user && !s->password)

@@ -13,7 +13,9 @@
  *  - a password never shows in a message or in the redacted URL;
  *  - a key written in the layout before issue 16 (counter, lease hash,
  *    cjson history) reads the same and is migrated on first touch, its
- *    holder keeping the lease and its tokens going on from the counter.
+ *    holder keeping the lease and its tokens going on from the counter;
+ *  - an acquire + release cycle is two EVALSHAs, whose scripts run the
+ *    fewest commands they can (watched with MONITOR).
  *
  * The test talks to the server directly with hiredis only to set up a
  * situation (a counter near a limit, a flushed script cache) and to look at
@@ -744,6 +746,118 @@ static void test_record_trimmed(void **state)
     lease_history_free(h);
 }
 
+/* ---- what a cycle costs the server -------------------------------------- */
+
+/* One MONITOR line: the client ("lua" for a command a script ran, else
+ * host:port) into addr and the command's name into name; 0, or -1 for a
+ * line of another shape. Lines look like
+ *   1796098175.819309 [0 127.0.0.1:49542] "EVALSHA" "..." ... */
+static int monitor_line(const char *line, char *addr, size_t asize, char *name,
+                        size_t nsize)
+{
+    const char *a = strchr(line, '['), *sp, *close, *q, *q2;
+
+    if (a == NULL || (close = strchr(a, ']')) == NULL ||
+        (sp = memchr(a, ' ', (size_t)(close - a))) == NULL ||
+        (q = strchr(close, '"')) == NULL || (q2 = strchr(q + 1, '"')) == NULL ||
+        (size_t)(close - sp - 1) >= asize || (size_t)(q2 - q - 1) >= nsize)
+        return -1;
+    memcpy(addr, sp + 1, (size_t)(close - sp - 1));
+    addr[close - sp - 1] = '\0';
+    memcpy(name, q + 1, (size_t)(q2 - q - 1));
+    name[q2 - q - 1] = '\0';
+    return 0;
+}
+
+/*
+ * Two acquire + release cycles on one key, watched with MONITOR: the
+ * store's connection sends exactly one EVALSHA per operation (no TYPE,
+ * EXISTS, PING, SCRIPT LOAD or read of its own around it), and the
+ * scripts run, each, the fewest commands they can: acquire LRANGE (the
+ * record's head), TIME, LPUSH (the grant); release the same and PUBLISH.
+ * What a script runs is its server time (each redis.call about a
+ * microsecond, the issue 16 measurements), so one more command here fails
+ * the test. Scripts are atomic: the "lua" lines right after an EVALSHA
+ * are that script's, whatever else the shared server runs.
+ */
+static void test_cycle_commands(void **state)
+{
+    static const char *const want[4] = { "LRANGE TIME LPUSH",
+                                         "LRANGE TIME LPUSH PUBLISH",
+                                         "LRANGE TIME LPUSH",
+                                         "LRANGE TIME LPUSH PUBLISH" };
+    char key[256], rk[300], owner[LEASE_OWNER_BUFSZ], marker[300];
+    char store_addr[64] = "", addr[64], name[64], got[4][128];
+    struct timeval tv = { 5, 0 };
+    lease_acquire_opts o;
+    lease_store *s = open_url(url);
+    redisContext *mon = redisConnectWithTimeout(host, port, tv);
+    redisReply *r;
+    int i, n = 0, mine = -1, lines;
+
+    (void)state;
+    key_name(key, sizeof(key), "cycle-commands");
+    snprintf(rk, sizeof(rk), "\"lease:{%s}:token\"", key);
+    snprintf(marker, sizeof(marker), "%s-done", key);
+    assert_true(mon != NULL && mon->err == 0);
+    redisSetTimeout(mon, tv);
+    r = redisCommand(mon, "MONITOR");
+    assert_non_null(r);
+    freeReplyObject(r);
+    for (i = 0; i < 2; i++) {
+        lease_grant g;
+
+        new_opts(&o, owner, 30000);
+        CHECK_RC(0, lease_acquire(&g, NULL, s, key, &o));
+        CHECK_RC(0, lease_release(s, &g));
+    }
+    cmd_ok("ECHO %s", marker);
+    memset(got, 0, sizeof(got));
+    /* Bounded: at most 200000 lines, each read within 5 s. */
+    for (lines = 0; lines < 200000; lines++) {
+        void *reply = NULL;
+
+        if (redisGetReply(mon, &reply) != REDIS_OK || reply == NULL)
+            fail_msg("MONITOR ended before the marker: %s", mon->errstr);
+        r = reply;
+        if (r->type == REDIS_REPLY_STATUS && strstr(r->str, marker) != NULL) {
+            freeReplyObject(r);
+            break;
+        }
+        if (r->type != REDIS_REPLY_STATUS ||
+            monitor_line(r->str, addr, sizeof(addr), name, sizeof(name)) < 0) {
+            freeReplyObject(r);
+            continue;
+        }
+        if (strcmp(addr, "lua") == 0) {
+            if (mine >= 0 && strlen(got[mine]) + strlen(name) + 2 < sizeof(got[0]))
+                snprintf(got[mine] + strlen(got[mine]),
+                         sizeof(got[0]) - strlen(got[mine]), "%s%s",
+                         got[mine][0] ? " " : "", name);
+        } else if (store_addr[0] == '\0' && strstr(r->str, rk) != NULL) {
+            snprintf(store_addr, sizeof(store_addr), "%s", addr);
+        }
+        if (strcmp(addr, "lua") != 0) {
+            mine = -1;
+            if (store_addr[0] != '\0' && strcmp(addr, store_addr) == 0) {
+                /* Every command of the store's connection from its first
+                 * call on is one of the four EVALSHAs of the key. */
+                if (strcmp(name, "EVALSHA") != 0 || strstr(r->str, rk) == NULL)
+                    fail_msg("the store sent %s besides its EVALSHAs", name);
+                assert_true(n < 4);
+                mine = n++;
+            }
+        }
+        freeReplyObject(r);
+    }
+    redisFree(mon);
+    assert_int_equal(n, 4);
+    for (i = 0; i < 4; i++)
+        if (strcmp(got[i], want[i]) != 0)
+            fail_msg("script %d of the cycles ran '%s', not '%s'", i, got[i],
+                     want[i]);
+}
+
 int main(int argc, char **argv)
 {
     /* Three groups, run as three ctest tests so that each failure has a
@@ -763,6 +877,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_teardown(test_password_never_shown, close_stores),
         cmocka_unit_test_teardown(test_full_server_renew_release, close_stores),
         cmocka_unit_test_teardown(test_record_trimmed, close_stores),
+        cmocka_unit_test_teardown(test_cycle_commands, close_stores),
     };
     const struct CMUnitTest layout[] = {
         cmocka_unit_test_teardown(test_old_layout_held, close_stores),

@@ -14,8 +14,8 @@
 if not ARGV[1]:find('^%S+$') or not ARGV[3]:find('^%d+$') then
   return redis.error_reply('ERR lease: owner or ttl_ms malformed')
 end
-local s = record(KEYS[1], KEYS[2], KEYS[3]) and top(KEYS[1]) or {last = '0'}
-local now = now_ms()
+local s = head(KEYS[1], KEYS[2], KEYS[3]) or {last = '0'}
+local now, us = clock()
 local g = current(s, now)
 if g then
   if g.owner == ARGV[1] then
@@ -26,9 +26,9 @@ if g then
     return {1, g.token}
   end
   return {0, g.owner, g.label, g.token,
-          string.format('%d', tonumber(g.expires_ms) - tonumber(now)), g.ttl}
+          string.format('%d', tonumber(expires(g)) - tonumber(now)), g.ttl}
 end
-local t, us = succ(s.last), now_us()
+local t = succ(s.last)
 if ARGV[5] == 'clock' and not ge(t, us) then t = us end
 -- Tokens end at 2^63 - 1: past it nothing is written (the caller answers
 -- that the store failed), never a grant the caller would refuse to hold.
@@ -36,15 +36,16 @@ if not ge('9223372036854775807', t) then
   return redis.error_reply('ERR lease: fencing tokens are exhausted for this key')
 end
 -- One command for the grant: the lease, the counter and the history entry
--- at once. A grant before it with no end item expired: nothing to write.
-redis.call('LPUSH', KEYS[1], item({token = t, owner = ARGV[1], ttl0 = ARGV[3],
-  acquired_ms = now, expires_ms = plus(now, ARGV[3]), ttl = ARGV[3],
-  label = ARGV[2]}))
+-- at once (item's grammar, written out: its life is the ttl, its TTL
+-- field empty). A grant before it with no end item expired: nothing to
+-- write.
+local n = redis.call('LPUSH', KEYS[1], table.concat({t, ARGV[1], ARGV[3], now,
+  ARGV[3], '', ARGV[2]}, ' '))
 -- Trimmed in batches, once every 20 grants or so, not by every grant: at
 -- most two items a grant (and one floor), so 2 * keep + 1 items hold the
--- newest keep grants at least.
+-- newest keep grants at least. LPUSH's answer is the length.
 local keep = tonumber(ARGV[4])
-if redis.call('LLEN', KEYS[1]) > 2 * keep + 40 then
+if n > 2 * keep + 40 then
   redis.call('LTRIM', KEYS[1], 0, 2 * keep)
 end
 return {1, t, us}

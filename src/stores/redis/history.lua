@@ -15,7 +15,7 @@ for _, v in ipairs(redis.call('LRANGE', KEYS[1], 0, -1)) do
     local e, ms = 'held', '0'
     if ended then
       e, ms = ended == 'r' and 'released' or 'lost', plus(g.acquired_ms, ended_ms)
-    elseif #out > 0 or tonumber(now) >= tonumber(g.expires_ms) then
+    elseif #out > 0 or tonumber(now) >= tonumber(expires(g)) then
       e, ms = 'expired', ended_at(g, now)
     end
     out[#out + 1] = {g.token, g.owner, g.label, g.ttl0, g.acquired_ms, e, ms}

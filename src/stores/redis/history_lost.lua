@@ -8,9 +8,10 @@
 -- than now). Not while it is still the lease, which only a stray call
 -- could ask. Tokens are unique per key, so the walk (at most the kept
 -- items) stops at the first; the end item goes right above the grant.
-if not record(KEYS[1], KEYS[2], KEYS[3]) then return 0 end
+local s = head(KEYS[1], KEYS[2], KEYS[3])
+if not s then return 0 end
 local now = now_ms()
-local g = current(top(KEYS[1]), now)
+local g = current(s, now)
 if g and g.owner == ARGV[1] and g.token == ARGV[2] then return 0 end
 local ended = nil
 for _, v in ipairs(redis.call('LRANGE', KEYS[1], 0, -1)) do

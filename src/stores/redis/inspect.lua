@@ -6,13 +6,13 @@
 -- for a free key, and ended is 'released' or 'expired' for a key without a
 -- lease ('' while one exists).
 -- Needs lib.lua in front.
-if not record(KEYS[1], KEYS[2], KEYS[3]) then return {0} end
-local s = top(KEYS[1])
+local s = head(KEYS[1], KEYS[2], KEYS[3])
+if not s then return {0} end
 local now = now_ms()
 local g = current(s, now)
 if g then
   return {1, s.last, g.owner, g.label, g.token,
-          string.format('%d', tonumber(g.expires_ms) - tonumber(now)),
+          string.format('%d', tonumber(expires(g)) - tonumber(now)),
           g.ttl, ''}
 end
 -- Released only when the newest token's grant was: a floor above it, a

@@ -41,21 +41,23 @@ local function succ(a)
 end
 
 -- The server's wall clock from TIME (allowed in Redis >= 5 scripts, which
--- replicate their effects, and the only mode of Redis 7), as a decimal
--- string built with %d: Lua's tostring would print large numbers in
--- exponent form.
-local function now_ms()
+-- replicate their effects, and the only mode of Redis 7): ms and us since
+-- the epoch, as decimal strings. One TIME for both: every redis.call costs
+-- the server about a microsecond of a script's run. Made of TIME's two
+-- decimal strings (seconds, microseconds of up to 6 digits) by
+-- concatenation, exact, without tonumber and string.format, which cost
+-- more than the rest of the clock. The us (about 1.8e15 today) are the
+-- floor of a new grant's token in clock mode (acquire.lua).
+local function clock()
   local t = redis.call('TIME')
-  return string.format('%d', tonumber(t[1]) * 1000 +
-                             math.floor(tonumber(t[2]) / 1000))
+  local u = t[2]
+  if #u < 6 then u = string.rep('0', 6 - #u) .. u end
+  return t[1] .. u:sub(1, 3), t[1] .. u
 end
 
--- The same clock in microseconds since the epoch, the floor of a new
--- grant's token in clock mode (acquire.lua). Exact: about 1.8e15 today,
--- far below 2^53.
-local function now_us()
-  local t = redis.call('TIME')
-  return string.format('%d', tonumber(t[1]) * 1000000 + tonumber(t[2]))
+-- The clock in ms alone.
+local function now_ms()
+  return (clock())
 end
 
 -- a + b for two decimal strings of ms, as a decimal string (see now_ms).
@@ -63,20 +65,28 @@ local function plus(a, b)
   return string.format('%d', tonumber(a) + tonumber(b))
 end
 
--- A grant item as a table of strings (expires_ms and ttl in full), or nil
--- for another item. The short forms save AOF bytes on every grant.
+-- A grant item as a table of strings (ttl in full), or nil for another
+-- item. The short forms save AOF bytes on every grant. Its expiry is
+-- expires(g): most calls never need it as a string.
 local function grant(v)
   local t, o, t0, a, d, l, lab = string.match(v,
     '^(%d+) (%S+) (%d+) (%d+) (%-?%d+) (%d*) (.*)$')
   if not t then return nil end
-  return {token = t, owner = o, ttl0 = t0, acquired_ms = a,
-          expires_ms = plus(a, d), ttl = l == '' and t0 or l, label = lab}
+  return {token = t, owner = o, ttl0 = t0, acquired_ms = a, life = d,
+          ttl = l == '' and t0 or l, label = lab}
+end
+
+-- The expiry of grant g in ms, a decimal string: the one set on g (a
+-- renew, a migration), else ACQUIRED_MS + LIFE_MS of its item.
+local function expires(g)
+  if not g.expires_ms then g.expires_ms = plus(g.acquired_ms, g.life) end
+  return g.expires_ms
 end
 
 -- The grant item of table g.
 local function item(g)
   return table.concat({g.token, g.owner, g.ttl0, g.acquired_ms,
-    plus(g.expires_ms, -tonumber(g.acquired_ms)),
+    g.expires_ms and plus(g.expires_ms, -tonumber(g.acquired_ms)) or g.life,
     g.ttl == g.ttl0 and '' or g.ttl, g.label}, ' ')
 end
 
@@ -95,19 +105,20 @@ end
 -- lost its hash before its expiry; then the time it was found gone is the
 -- best bound).
 local function ended_at(g, now)
-  local x = tonumber(g.expires_ms)
+  local x = tonumber(expires(g))
   if x > 0 and x <= tonumber(now) then return g.expires_ms end
   return now
 end
 
--- The head of record k: {g = the newest grant (or nil), i = its index,
--- ended = 'r' or 'l' when an end item is above it, ended_ms, last = the
--- newest token ('0' for none)}. Only the first three items can matter: a
--- floor and an end item at most above the newest grant. An item of no kind
--- there is an error, not a guess: the newest token is the counter.
-local function top(k)
+-- The head of record k from its first items (LRANGE k 0 2): {g = the
+-- newest grant (or nil), i = its index, ended = 'r' or 'l' when an end
+-- item is above it, ended_ms, last = the newest token ('0' for none)}.
+-- Only the first three items can matter: a floor and an end item at most
+-- above the newest grant. An item of no kind there is an error, not a
+-- guess: the newest token is the counter.
+local function top(k, items)
   local s = {last = '0'}
-  for i, v in ipairs(redis.call('LRANGE', k, 0, 2)) do
+  for i, v in ipairs(items) do
     local g = grant(v)
     if g then
       s.g, s.i = g, i - 1
@@ -128,48 +139,18 @@ local function top(k)
 end
 
 -- The grant of s while it is the lease: no end item, not yet expired.
+-- Compared as numbers (ms since the epoch, exact in a double), the
+-- expiry as its item has it unless one was set.
 local function current(s, now)
-  if s.g and not s.ended and
-     tonumber(now) < tonumber(s.g.expires_ms) then return s.g end
-  return nil
-end
-
--- An entry of the old layout's cjson history, decoded, or nil.
-local function decode(v)
-  local ok, e = pcall(cjson.decode, v)
-  if ok and type(e) == 'table' then return e end
-  return nil
-end
-
-local function digits(v) return type(v) == 'string' and v:find('^%d+$') end
-
--- The items of one old history entry (end item, then grant), appended to
--- out; h is the old lease hash {owner, label, token, ttl_ms} and pttl its
--- PTTL. Returns 1 when the entry was the unexpired lease. An entry whose
--- fields are not what that layout wrote is skipped, as it was then.
-local function convert(out, e, h, pttl, now)
-  if not (digits(e.token) and type(e.owner) == 'string' and
-          e.owner:find('^%S+$') and digits(e.ttl_ms) and
-          digits(e.acquired_ms)) then return 0 end
-  local g = {token = e.token, owner = e.owner, ttl0 = e.ttl_ms,
-             acquired_ms = e.acquired_ms, ttl = e.ttl_ms,
-             expires_ms = digits(e.expires_ms) and e.expires_ms or '0',
-             label = type(e.label) == 'string' and e.label or ''}
-  local ended = e.ended or 'held'
-  local ended_ms = digits(e.ended_ms) and e.ended_ms or now
-  local live = 0
-  if ended == 'held' and h[1] == e.owner and h[3] == e.token and
-     digits(h[4]) and pttl > 0 then
-    g.expires_ms, g.ttl, g.label, live = plus(now, pttl), h[4], h[2], 1
-  elseif ended == 'held' then
-    g.expires_ms = ended_at(g, now)
-  elseif ended == 'expired' then
-    g.expires_ms = ended_ms
-  else
-    out[#out + 1] = end_item(ended == 'released' and 'r' or 'l', g, ended_ms)
+  local g = s.g
+  if not g or s.ended then return nil end
+  local n = tonumber(now)
+  if g.expires_ms then
+    if n < tonumber(g.expires_ms) then return g end
+  elseif n - tonumber(g.acquired_ms) < tonumber(g.life) then
+    return g
   end
-  out[#out + 1] = item(g)
-  return live
+  return nil
 end
 
 -- The record of a key written by the old layout (of 0.1): ck the
@@ -180,7 +161,48 @@ end
 -- stays held, with its remaining time, and its holder's renew and release
 -- go on. A client of the old layout fails on the list (WRONGTYPE) instead
 -- of granting beside it.
+-- Its helpers are made inside it, when a key of that layout is met: as
+-- locals of this file they would be closures made again on every call of
+-- every script (each costs the server allocations on the hot path).
 local function migrate(ck, lk, hk)
+  -- An entry of the old layout's cjson history, decoded, or nil.
+  local function decode(v)
+    local ok, e = pcall(cjson.decode, v)
+    if ok and type(e) == 'table' then return e end
+    return nil
+  end
+
+  local function digits(v) return type(v) == 'string' and v:find('^%d+$') end
+
+  -- The items of one old history entry (end item, then grant), appended to
+  -- out; h is the old lease hash {owner, label, token, ttl_ms} and pttl its
+  -- PTTL. Returns 1 when the entry was the unexpired lease. An entry whose
+  -- fields are not what that layout wrote is skipped, as it was then.
+  local function convert(out, e, h, pttl, now)
+    if not (digits(e.token) and type(e.owner) == 'string' and
+            e.owner:find('^%S+$') and digits(e.ttl_ms) and
+            digits(e.acquired_ms)) then return 0 end
+    local g = {token = e.token, owner = e.owner, ttl0 = e.ttl_ms,
+               acquired_ms = e.acquired_ms, ttl = e.ttl_ms,
+               expires_ms = digits(e.expires_ms) and e.expires_ms or '0',
+               label = type(e.label) == 'string' and e.label or ''}
+    local ended = e.ended or 'held'
+    local ended_ms = digits(e.ended_ms) and e.ended_ms or now
+    local live = 0
+    if ended == 'held' and h[1] == e.owner and h[3] == e.token and
+       digits(h[4]) and pttl > 0 then
+      g.expires_ms, g.ttl, g.label, live = plus(now, pttl), h[4], h[2], 1
+    elseif ended == 'held' then
+      g.expires_ms = ended_at(g, now)
+    elseif ended == 'expired' then
+      g.expires_ms = ended_ms
+    else
+      out[#out + 1] = end_item(ended == 'released' and 'r' or 'l', g, ended_ms)
+    end
+    out[#out + 1] = item(g)
+    return live
+  end
+
   local c = redis.call('GET', ck)
   if not digits(c) then
     return error({err = 'ERR lease: the counter ' .. ck .. ' is no number'})
@@ -223,4 +245,20 @@ local function record(ck, lk, hk)
     return error({err = 'ERR lease: ' .. ck .. ' is a ' .. t .. ', not a record'})
   end
   return true
+end
+
+-- The head (see top) of the record of a key, migrated first if it still
+-- has the old layout; nil when the key was never acquired (a list is
+-- never empty). One command on the hot path, the LRANGE: only its error
+-- (WRONGTYPE on the old layout's counter, a string) looks further, where a
+-- TYPE before every LRANGE would cost each call another command.
+local function head(ck, lk, hk)
+  -- Arguments as strings: Redis prints a Lua number with snprintf.
+  local items = redis.pcall('LRANGE', ck, '0', '2')
+  if items.err then
+    record(ck, lk, hk)
+    items = redis.call('LRANGE', ck, '0', '2')
+  end
+  if #items == 0 then return nil end
+  return top(ck, items)
 end

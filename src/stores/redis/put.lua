@@ -5,8 +5,9 @@
 -- Needs lib.lua in front.
 -- Applied only while the lease's owner and token are current and it has
 -- not expired, by the server's clock.
-if not record(KEYS[1], KEYS[2], KEYS[3]) then return 0 end
-local g = current(top(KEYS[1]), now_ms())
+local s = head(KEYS[1], KEYS[2], KEYS[3])
+if not s then return 0 end
+local g = current(s, now_ms())
 if g and g.owner == ARGV[1] and g.token == ARGV[2] then
   redis.call('HSET', KEYS[4], 'value', ARGV[3], 'token', ARGV[2])
   return 1

@@ -6,13 +6,17 @@
 -- Needs lib.lua in front.
 -- Compared before ending: a blind write would end a successor's lease. The
 -- end item above the grant ends it, and is all the AOF gets.
-if not record(KEYS[1], KEYS[2], KEYS[3]) then return 0 end
-local s = top(KEYS[1])
-local now = now_ms()
-local g = current(s, now)
+-- current() and end_item() in one: the ms since the grant, compared with
+-- its life (the item's LIFE_MS is the last extension's), are the end
+-- item's number too.
+local s = head(KEYS[1], KEYS[2], KEYS[3])
+local g = s and not s.ended and s.g
 if g and g.owner == ARGV[1] and g.token == ARGV[2] then
-  redis.call('LPUSH', KEYS[1], end_item('r', g, now))
-  redis.call('PUBLISH', ARGV[3], ARGV[4])
-  return 1
+  local since = tonumber(now_ms()) - tonumber(g.acquired_ms)
+  if since < tonumber(g.life) then
+    redis.call('LPUSH', KEYS[1], 'r ' .. string.format('%d', since))
+    redis.call('PUBLISH', ARGV[3], ARGV[4])
+    return 1
+  end
 end
 return 0

@@ -8,8 +8,8 @@
 if not ARGV[3]:find('^%d+$') then
   return redis.error_reply('ERR lease: ttl_ms malformed')
 end
-if not record(KEYS[1], KEYS[2], KEYS[3]) then return 0 end
-local s = top(KEYS[1])
+local s = head(KEYS[1], KEYS[2], KEYS[3])
+if not s then return 0 end
 local now = now_ms()
 local g = current(s, now)
 if g and g.owner == ARGV[1] and g.token == ARGV[2] then

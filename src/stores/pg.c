@@ -78,8 +78,11 @@ enum {
     ST_DATA_PUT,
     ST_DATA_GET,
     ST_ANNOUNCE,     /* only with a waiting_until column */
-    ST_HISTORY,      /* these two only with a usable history table */
+    ST_WAIT_LOCK,    /* these two only without it */
+    ST_WAIT_UNLOCK,
+    ST_HISTORY,      /* these three only with a usable history table */
     ST_HISTORY_LOST,
+    ST_HISTORY_CLEAN,
     ST_COUNT
 };
 
@@ -110,8 +113,11 @@ static const struct {
     [ST_DATA_PUT] = { 5, { T_TEXT, T_UUID, T_INT8, T_TEXT, T_BYTEA } },
     [ST_DATA_GET] = { 1, { T_TEXT } },
     [ST_ANNOUNCE] = { 2, { T_TEXT, T_INTERVAL } },
+    [ST_WAIT_LOCK] = { 1, { T_TEXT } },
+    [ST_WAIT_UNLOCK] = { 1, { T_TEXT } },
     [ST_HISTORY] = { 2, { T_TEXT, T_INT8 } },
     [ST_HISTORY_LOST] = { 3, { T_TEXT, T_UUID, T_INT8 } },
+    [ST_HISTORY_CLEAN] = { 1, { T_TEXT } },
 };
 
 typedef struct {
@@ -128,6 +134,8 @@ typedef struct {
     char *sql[ST_COUNT];
     int prepared;          /* statements prepared on this connection */
     int listening;
+    int wait_locked;       /* holds a waiter's advisory lock (sql_wait_lock) */
+    char state[6];         /* SQLSTATE of the last failed prepared statement */
 } pg_store;
 
 /* ---- connection and bounded calls ------------------------------------ */
@@ -139,6 +147,7 @@ static void pg_drop(pg_store *s)
     s->conn = NULL;
     s->prepared = 0;
     s->listening = 0;
+    s->wait_locked = 0; /* a session lock ends with its session */
 }
 
 /* libpq's messages may end with a newline; keep them on one line. */
@@ -458,6 +467,7 @@ static int exec_prepared_by(PGresult **out, pg_store *s, int which,
     int rc;
 
     *out = NULL;
+    s->state[0] = '\0';
     if ((rc = pg_ensure(s, end)) < 0)
         return rc;
     snprintf(name, sizeof(name), "lease_%d", which);
@@ -468,6 +478,9 @@ static int exec_prepared_by(PGresult **out, pg_store *s, int which,
     if (PQresultStatus(res) != PGRES_TUPLES_OK &&
         PQresultStatus(res) != PGRES_COMMAND_OK) {
         const char *state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+
+        if (state)
+            lease__strlcpy(s->state, state, sizeof(s->state));
         rc = lease__seterr(LEASE_ESTORE, "postgres %s: %s%s%s", what,
                            PQresultErrorMessage(res), state ? " SQLSTATE " : "",
                            state ? state : "");
@@ -730,10 +743,14 @@ static char *sql_acquire(const pg_store *s, int has_label, int has_ttl)
  * so `o` runs, and locks, before the upsert touches the row.
  *   g  the new token, only when it is new;
  *   h  its entry, acquired when the expiry was computed (expiry -
- *      acquired is the ttl exactly); a row already there for that
- *      token is a leftover of a lease table dropped and made anew
- *      (tokens restarted) or of another lease table sharing this
- *      history: replaced;
+ *      acquired is the ttl exactly). A plain INSERT: ON CONFLICT would
+ *      make it a speculative insertion, one more WAL record (a
+ *      confirmation) on every grant for a case that is nearly never
+ *      there: a row already there for that token, a leftover of a lease
+ *      table dropped and made anew (tokens restarted) or of another
+ *      lease table sharing this history. That grant fails with a
+ *      unique violation, and pg_acquire deletes the leftovers
+ *      (sql_history_clean) and tries once more;
  *   q  the newest entry before it. Every grant ends the one before it,
  *      so that is the only one that may still be unended: the previous
  *      one expired at its lease_until (or was released by the reference
@@ -781,11 +798,7 @@ static char *sql_acquire_history(const pg_store *s, int has_label, int has_ttl)
         "h AS (INSERT INTO %s AS h (resource_key, fencing_token, owner_id, "
         "holder_label, lease_ttl_ms, acquired_at) "
         "SELECT $1, g.token, $2::uuid, NULLIF($4, ''), $5::bigint, "
-        "g.until - $3::interval FROM g "
-        "ON CONFLICT (resource_key, fencing_token) DO UPDATE "
-        "SET owner_id = EXCLUDED.owner_id, holder_label = EXCLUDED.holder_label, "
-        "lease_ttl_ms = EXCLUDED.lease_ttl_ms, acquired_at = EXCLUDED.acquired_at, "
-        "ended = NULL, ended_at = NULL), "
+        "g.until - $3::interval FROM g), "
         "q AS MATERIALIZED (SELECT (SELECT x.fencing_token FROM %s AS x "
         "WHERE x.resource_key = $1 AND x.fencing_token < g.token "
         "ORDER BY x.fencing_token DESC LIMIT 1) AS token FROM g), "
@@ -889,15 +902,36 @@ static char *sql_renew_many_wait(const pg_store *s, int has_label, int has_ttl)
         s->lease_table, has_ttl ? ", lease_ttl_ms = $3::bigint" : "");
 }
 
+/*
+ * Waiters on a lease table without waiting_until announce themselves by
+ * holding, while they wait, a shared session-level advisory lock on
+ * (WAIT_CLASS, hashtext(key as stored)), taken before they look whether
+ * the key is free; a release tries the same lock exclusively for its
+ * transaction and notifies only when it cannot have it. Either the
+ * release tries first, and holds the lock until it has committed, so
+ * the waiter gets its lock only then and finds the key free, or the
+ * waiter holds it first and the release notifies. A crashed waiter's
+ * lock ends with its session. Nothing is written: no WAL, no row, and a
+ * table made by the reference SQL needs no column. The two-int4 form is
+ * a lock space of its own, apart from the bigint keys of
+ * lease_advisory_txn; two keys of one hash only cost a notification.
+ */
+#define WAIT_CLASS "1279607123" /* 0x4c454153, "LEAS" */
+#define WAIT_LOCK(fn, key) fn "(" WAIT_CLASS ", hashtext(" key "))"
+
 /* The reference release, and a notification for waiters in the same
- * round trip (sent on commit, so only for a release that happened).
- * With waiting_until, only when a waiter announced itself (sql_announce):
- * NOTIFY takes a database-wide lock at commit, held through the WAL
- * flush, so notifying every release would commit releases one at a
- * time. The row is updated, so the value read is the latest committed
- * one: a waiter's announcement that committed first is seen (the
- * release waits for its row lock and reads the new row), and a waiter
- * that announces after this release finds the key free itself.
+ * round trip (sent on commit, so only for a release that happened), only
+ * when a waiter announced itself: NOTIFY takes a database-wide lock at
+ * commit, held through the WAL flush, so notifying every release would
+ * commit releases one at a time. Waiters announce themselves in the
+ * row's waiting_until where the table has it (sql_announce), and by the
+ * advisory lock above where it has not; a release on a table with the
+ * column checks both, so a waiter on a handle opened before the column
+ * was added is still heard. The row is updated, so the waiting_until
+ * read is the latest committed one: a waiter's announcement that
+ * committed first is seen (the release waits for its row lock and reads
+ * the new row), and a waiter that announces after this release finds
+ * the key free itself.
  * With a history, the same statement ends the grant's entry; only a
  * release that happened does (FROM r). The reference release accepts
  * the owner of an expired lease nobody took since; if its renew was
@@ -911,7 +945,8 @@ static char *sql_release(const pg_store *s, int has_label, int has_ttl)
         "lease_until = '-infinity'::timestamptz%s%s "
         "WHERE resource_key = $1 AND owner_id = $2::uuid AND fencing_token = $3 "
         "RETURNING resource_key%s)%s%s%s "
-        "SELECT %spg_notify('" NOTIFY_CHANNEL "', resource_key)%s FROM r",
+        "SELECT CASE WHEN %sNOT " WAIT_LOCK("pg_try_advisory_xact_lock", "r.resource_key")
+        " THEN pg_notify('" NOTIFY_CHANNEL "', r.resource_key) END FROM r",
         s->lease_table, has_label ? ", holder_label = NULL" : "",
         has_ttl ? ", lease_ttl_ms = NULL" : "",
         s->has_wait ? ", waiting_until" : "",
@@ -920,8 +955,7 @@ static char *sql_release(const pg_store *s, int has_label, int has_ttl)
                         "FROM r WHERE h.resource_key = $1 AND h.fencing_token = $3 "
                         "AND h.owner_id = $2::uuid "
                         "AND (h.ended IS NULL OR h.ended = 'expired'))" : "",
-        s->has_wait ? "CASE WHEN r.waiting_until > clock_timestamp() THEN " : "",
-        s->has_wait ? " END" : "");
+        s->has_wait ? "r.waiting_until > clock_timestamp() OR " : "");
 }
 
 /*
@@ -942,6 +976,21 @@ static char *sql_announce(const pg_store *s)
         "WHERE l.resource_key = $1 AND l.lease_until > clock_timestamp() "
         "RETURNING 1",
         s->lease_table);
+}
+
+/* Without waiting_until: the waiter's lock (see WAIT_CLASS), taken before
+ * it looks at the row (with sql_holder, a statement of its own, so that
+ * its snapshot comes after the lock), given back when the wait ends. */
+static char *sql_wait_lock(const pg_store *s)
+{
+    (void)s;
+    return pg_fmt("SELECT " WAIT_LOCK("pg_advisory_lock_shared", "$1") ", 1");
+}
+
+static char *sql_wait_unlock(const pg_store *s)
+{
+    (void)s;
+    return pg_fmt("SELECT " WAIT_LOCK("pg_advisory_unlock_shared", "$1"));
 }
 
 static char *sql_inspect(const pg_store *s, int has_label, int has_ttl)
@@ -1036,6 +1085,18 @@ static char *sql_history(const pg_store *s)
         s->history_table, s->lease_table, LEASE_HISTORY_KEEP);
 }
 
+/* The history's leftovers of a key (see sql_acquire_history): entries
+ * above the lease row's token, in one snapshot, in which a grant's entry
+ * and its lease row are committed together, so no live entry is above. */
+static char *sql_history_clean(const pg_store *s)
+{
+    return pg_fmt(
+        "DELETE FROM %s AS h WHERE h.resource_key = $1 AND h.fencing_token > "
+        "coalesce((SELECT l.fencing_token FROM %s AS l "
+        "WHERE l.resource_key = $1), 0)",
+        s->history_table, s->lease_table);
+}
+
 /* A refused renew: lost, unless released. It ended when its lease
  * expired: a time already recorded (a successor found it expired),
  * else the lease row's, while the row still has this grant, else
@@ -1058,7 +1119,7 @@ static char *sql_history_lost(const pg_store *s)
  * lease table's optional columns, `plain` for the others. Acquire has one
  * builder per case; the history's statements exist only with a history.
  */
-enum { ALWAYS, WITHOUT_HISTORY, WITH_HISTORY, WITH_WAITING };
+enum { ALWAYS, WITHOUT_HISTORY, WITH_HISTORY, WITH_WAITING, WITHOUT_WAITING };
 
 static const struct {
     int st;
@@ -1081,8 +1142,11 @@ static const struct {
     { ST_DATA_PUT, ALWAYS, .plain = sql_data_put },
     { ST_DATA_GET, ALWAYS, .plain = sql_data_get },
     { ST_ANNOUNCE, WITH_WAITING, .plain = sql_announce },
+    { ST_WAIT_LOCK, WITHOUT_WAITING, .plain = sql_wait_lock },
+    { ST_WAIT_UNLOCK, WITHOUT_WAITING, .plain = sql_wait_unlock },
     { ST_HISTORY, WITH_HISTORY, .plain = sql_history },
     { ST_HISTORY_LOST, WITH_HISTORY, .plain = sql_history_lost },
+    { ST_HISTORY_CLEAN, WITH_HISTORY, .plain = sql_history_clean },
 };
 
 /* The statements, from the quoted table names, the lease table's optional
@@ -1096,7 +1160,8 @@ static int build_sql(pg_store *s, int has_label, int has_ttl)
         int st = builders[i].st;
 
         if (builders[i].when == skip ||
-            (builders[i].when == WITH_WAITING && !s->has_wait))
+            (builders[i].when == WITH_WAITING && !s->has_wait) ||
+            (builders[i].when == WITHOUT_WAITING && s->has_wait))
             continue;
         s->sql[st] = builders[i].cols ? builders[i].cols(s, has_label, has_ttl)
                                       : builders[i].plain(s);
@@ -1849,6 +1914,24 @@ static int pg_granted(lease_grant *out, const pg_store *s, const lease_request *
     return 0;
 }
 
+/* The acquire statement; once more, after deleting the history's
+ * leftovers of the key, when the new grant's entry met one (a unique
+ * violation: see sql_acquire_history). v: the key first. */
+static int acquire_exec(PGresult **res, pg_store *s, const char *const *v)
+{
+    PGresult *clean;
+    int rc = exec_prepared(res, s, ST_ACQUIRE, v, NULL, NULL, "acquire");
+
+    if (rc != LEASE_ESTORE || s->sql[ST_HISTORY_CLEAN] == NULL ||
+        strcmp(s->state, "23505") != 0)
+        return rc;
+    if ((rc = exec_prepared(&clean, s, ST_HISTORY_CLEAN, v, NULL, NULL,
+                            "acquire (history leftovers)")) < 0)
+        return rc;
+    PQclear(clean);
+    return exec_prepared(res, s, ST_ACQUIRE, v, NULL, NULL, "acquire");
+}
+
 static int pg_acquire(lease_grant *out, lease_info *holder, lease_store *base,
                       const lease_request *req)
 {
@@ -1865,7 +1948,7 @@ static int pg_acquire(lease_grant *out, lease_info *holder, lease_store *base,
     v[2] = ttl;
     v[3] = pg_enc(el, req->label);
     v[4] = ttl_ms;
-    if ((rc = exec_prepared(&res, s, ST_ACQUIRE, v, NULL, NULL, "acquire")) < 0)
+    if ((rc = acquire_exec(&res, s, v)) < 0)
         return rc;
     if ((rc = pg_want(res, s->tokens == LEASE__TOKENS_CLOCK ? 2 : 1, 1,
                       "acquire")) < 0) {
@@ -2500,9 +2583,38 @@ static int pg_advisory_txn(lease_store *base, int64_t lock_key, int try_only,
 }
 
 /*
- * Listening (committed first), announce the wait in the lease row until
- * the wait ends (sql_announce), so that the release notifies. 1 when the
- * key is free already: no release will come, try again now.
+ * Without waiting_until: take the waiter's lock (WAIT_CLASS), then, in a
+ * statement of its own (a snapshot taken after the lock), see whether the
+ * key is held. 1 when it is free: no release will come, try again now.
+ */
+static int pg_wait_lock(pg_store *s, const char *stored)
+{
+    const char *v[1] = { stored };
+    PGresult *res;
+    int rc, n;
+
+    if ((rc = exec_prepared(&res, s, ST_WAIT_LOCK, v, NULL, NULL, "announce a wait")) < 0)
+        return rc;
+    s->wait_locked = 1; /* it answered: taken, whatever the answer says */
+    rc = pg_want(res, 2, 1, "announce a wait");
+    n = PQntuples(res);
+    PQclear(res);
+    if (rc < 0 || n != 1)
+        return rc < 0 ? rc : lease__seterr(LEASE_ESTORE, "postgres announce a "
+                                           "wait: no row");
+    if ((rc = exec_prepared(&res, s, ST_HOLDER, v, NULL, NULL, "announce a wait")) < 0)
+        return rc;
+    rc = pg_want(res, 5, 1, "announce a wait");
+    n = PQntuples(res);
+    PQclear(res);
+    return rc < 0 ? rc : n == 0;
+}
+
+/*
+ * Listening (committed first), announce the wait, so that the release
+ * notifies: in the lease row until the wait ends (sql_announce), or, on a
+ * table without waiting_until, by the waiter's lock (pg_wait_lock). 1 when
+ * the key is free already: no release will come, try again now.
  */
 static int pg_announce(pg_store *s, const char *stored, uint64_t timeout_ms)
 {
@@ -2512,7 +2624,7 @@ static int pg_announce(pg_store *s, const char *stored, uint64_t timeout_ms)
     int rc, n;
 
     if (s->sql[ST_ANNOUNCE] == NULL)
-        return 0;
+        return pg_wait_lock(s, stored);
     ttl_text(until, sizeof(until), timeout_ms);
     if ((rc = exec_prepared(&res, s, ST_ANNOUNCE, v, NULL, NULL, "announce a wait")) < 0)
         return rc;
@@ -2520,6 +2632,45 @@ static int pg_announce(pg_store *s, const char *stored, uint64_t timeout_ms)
     n = PQntuples(res);
     PQclear(res);
     return rc < 0 ? rc : n == 0;
+}
+
+/*
+ * A wait ends: give the waiter's lock back, then stop listening (an idle
+ * listener would pile up every release in the database on this
+ * connection). A lock that could not be given back ends with the session:
+ * kept, it would have every release of the key notify.
+ */
+static int pg_wait_done(pg_store *s, const char *stored)
+{
+    const char *v[1] = { stored };
+    PGresult *res;
+    int rc;
+
+    if (s->wait_locked && s->conn) {
+        s->wait_locked = 0;
+        if ((rc = exec_prepared(&res, s, ST_WAIT_UNLOCK, v, NULL, NULL,
+                                "end a wait")) < 0) {
+            pg_drop(s);
+            return rc;
+        }
+        PQclear(res);
+    }
+    return pg_unlisten(s);
+}
+
+/* A wait that failed half-way: the connection, if it still works, stops
+ * listening and gives the lock back (best effort: the error is the
+ * wait's); else it is dropped, which does both. */
+static int pg_wait_failed(pg_store *s, const char *stored, int rc)
+{
+    char msg[LEASE__ERRMSG_SIZE];
+
+    lease__strlcpy(msg, lease_errmsg(), sizeof(msg));
+    if (s->conn && PQstatus(s->conn) == CONNECTION_OK && pg_wait_done(s, stored) < 0)
+        return lease__seterr(rc, "%s", msg);
+    if (s->conn && PQstatus(s->conn) != CONNECTION_OK)
+        pg_drop(s);
+    return rc;
 }
 
 static int pg_wait_release(lease_store *base, const char *key, uint64_t timeout_ms)
@@ -2537,17 +2688,10 @@ static int pg_wait_release(lease_store *base, const char *key, uint64_t timeout_
             return rc;
         s->listening = 1;
     }
-    if ((rc = pg_announce(s, stored, timeout_ms)) != 0) {
-        /* A failed announce too stops listening (best effort: the error
-         * is the announce's), or every release in the database would pile
-         * up on a connection that may never wait again. */
-        if (rc < 0) {
-            if (s->conn && PQstatus(s->conn) == CONNECTION_OK)
-                (void)pg_unlisten(s);
-            return rc;
-        }
-        return pg_unlisten(s);
-    }
+    /* A failed announce too stops listening, or every release in the
+     * database would pile up on a connection that may never wait again. */
+    if ((rc = pg_announce(s, stored, timeout_ms)) != 0)
+        return rc < 0 ? pg_wait_failed(s, stored, rc) : pg_wait_done(s, stored);
     /* Bounded by `end`: each pass polls at most until then. */
     for (;;) {
         PGnotify *n;
@@ -2555,18 +2699,16 @@ static int pg_wait_release(lease_store *base, const char *key, uint64_t timeout_
         struct pollfd p;
 
         if (!PQconsumeInput(s->conn))
-            return pg_fail(s, "wait for release");
+            return pg_wait_failed(s, stored, pg_fail(s, "wait for release"));
         while ((n = PQnotifies(s->conn)) != NULL) {
             int match = strcmp(n->extra, stored) == 0;
             PQfreemem(n);
             if (match)
-                return pg_unlisten(s);
+                return pg_wait_done(s, stored);
         }
         left = (end - lease_clock_ns()) / 1000000;
         if (left <= 0) {
-            /* Stop listening between waits: an idle listener would pile up
-             * every release in the database on this connection. */
-            if ((rc = pg_unlisten(s)) < 0)
+            if ((rc = pg_wait_done(s, stored)) < 0)
                 return rc;
             return LEASE_ETIMEOUT;
         }
@@ -2574,7 +2716,7 @@ static int pg_wait_release(lease_store *base, const char *key, uint64_t timeout_
         p.events = POLLIN;
         p.revents = 0;
         if (poll(&p, 1, (int)left) < 0 && errno != EINTR)
-            return pg_fail(s, "wait for release");
+            return pg_wait_failed(s, stored, pg_fail(s, "wait for release"));
     }
 }
 

@@ -29,6 +29,7 @@ void test_history_without_rights(void **state);
 void test_history_refsql_sql_interleaved(void **state);
 void test_history_table_name_from_url(void **state);
 void test_history_pruned_in_batches(void **state);
+void test_history_tokens_restarted(void **state);
 
 /* pg_store_clock.c */
 void test_clock_tokens_follow_the_clock(void **state);
@@ -48,6 +49,7 @@ void test_advisory_txn(void **state);
 
 /* pg_store_wait.c */
 void test_wait_notify_wakes_waiter(void **state);
+void test_wait_notify_wakes_waiter_reftable(void **state);
 void test_wait_is_bounded(void **state);
 void test_wait_timeout_stops_listening(void **state);
 void test_wait_notify_only_announced(void **state);

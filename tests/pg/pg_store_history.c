@@ -789,3 +789,60 @@ void test_history_pruned_in_batches(void **state)
     lease_history_free(h);
     PQfinish(c);
 }
+
+/*
+ * A lease table dropped and made anew restarts its counter tokens while
+ * its history keeps the old entries: the first new grant's token is one
+ * of them. The grant still succeeds (the acquire's history insert is a
+ * plain INSERT; on the unique violation the store deletes the key's
+ * entries above the lease row's token and tries once more), and the
+ * history then shows the new grants only, not the leftovers above them.
+ */
+void test_history_tokens_restarted(void **state)
+{
+    char name[13], params[64], sql[256], ht[40], key[LEASE_KEY_MAX + 1];
+    char owner[LEASE_OWNER_BUFSZ], *url, *v;
+    lease_acquire_opts o;
+    lease_store *s;
+    lease_grant g;
+    PGconn *c;
+    int i;
+
+    (void)state;
+    pg_rand_name(name);
+    conf_key(key, "history/restarted");
+    conf_owner(owner);
+    c = raw_connect(conf_url);
+    snprintf(params, sizeof(params), "lease_table=tr_%s", name);
+    snprintf(ht, sizeof(ht), "tr_%s_history", name);
+    url = url_with(conf_url, params);
+    CHECK_RC(0, lease_store_open(&s, url));
+    o = conf_opts(owner, 30000, NULL, 0);
+    for (i = 0; i < 3; i++) {
+        CHECK_RC(0, lease_acquire(&g, NULL, s, key, &o));
+        CHECK_RC(0, lease_release(s, &g));
+    }
+    ASSERT_U64_OP(g.token, ==, 3);
+    lease_store_close(s);
+    snprintf(sql, sizeof(sql), "DROP TABLE tr_%s", name);
+    raw_ok(c, sql);
+
+    CHECK_RC(0, lease_store_open(&s, url));
+    CHECK_RC(0, lease_acquire(&g, NULL, s, key, &o));
+    ASSERT_U64_OP(g.token, ==, 1);
+    v = history_rows(c, ht, key);
+    assert_string_equal(v, "1:held");
+    free(v);
+    CHECK_RC(0, lease_release(s, &g));
+    CHECK_RC(0, lease_acquire(&g, NULL, s, key, &o));
+    ASSERT_U64_OP(g.token, ==, 2);
+    CHECK_RC(0, lease_release(s, &g));
+    v = history_rows(c, ht, key);
+    assert_string_equal(v, "1:released,2:released");
+    free(v);
+    lease_store_close(s);
+    free(url);
+    snprintf(sql, sizeof(sql), "DROP TABLE tr_%s, %s", name, ht);
+    raw_ok(c, sql);
+    PQfinish(c);
+}

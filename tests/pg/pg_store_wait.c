@@ -9,16 +9,23 @@
  * waiting: LISTEN/NOTIFY wake-ups, and the bound
  * ====================================================================== */
 
+/* The waiters' advisory lock class of the store (pg.c, WAIT_CLASS). */
+#define WAIT_CLASS "1279607123"
+
 /* Sessions of other processes idle after a LISTEN (the store's waiters). */
 static long long listeners(PGconn *c)
 {
     /* A waiter's last statement is its LISTEN, or, on a lease table with
-     * waiting_until, the announcement it sends once listening. */
+     * waiting_until, the announcement it sends once listening; on one
+     * without, it holds the waiters' advisory lock. */
     PGresult *r = PQexec(c, "SELECT count(*) FROM pg_stat_activity "
                             "WHERE datname = current_database() "
                             "AND pid <> pg_backend_pid() AND state = 'idle' "
                             "AND (query ILIKE 'LISTEN%' "
-                            "OR query LIKE '%SET waiting_until = greatest(%')");
+                            "OR query LIKE '%SET waiting_until = greatest(%' "
+                            "OR pid IN (SELECT pid FROM pg_locks WHERE "
+                            "locktype = 'advisory' AND classid = " WAIT_CLASS
+                            " AND mode = 'ShareLock' AND granted))");
     long long n = PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1
                       ? atoll(PQgetvalue(r, 0, 0)) : -1;
 
@@ -36,18 +43,18 @@ static long long listeners(PGconn *c)
  * out. It must have it: LEASE_OK, a greater token, and the late taker
  * gets EBUSY naming the waiter.
  */
-void test_wait_notify_wakes_waiter(void **state)
+static void notify_wakes_waiter(const char *url)
 {
     char key[LEASE_KEY_MAX + 1], w[LEASE_OWNER_BUFSZ];
     int fds[2], st, rc;
     lease_acquire_opts o;
+    lease_store *ws;
     lease_grant g;
     lease_info h;
     pg_rec held, rel, late;
     int64_t t;
     pid_t pid;
 
-    (void)state;
     conf_key(key, "notify/wake");
     conf_owner(w);
     conf_pipe(fds);
@@ -64,7 +71,7 @@ void test_wait_notify_wakes_waiter(void **state)
         int64_t t0, seen = -1;
 
         close(fds[0]);
-        if (lease_store_open(&s, conf_url) != 0 || lease_owner_new(ho) != 0 ||
+        if (lease_store_open(&s, url) != 0 || lease_owner_new(ho) != 0 ||
             lease_owner_new(lo) != 0) {
             pg_send(fds[1], 1, -100, 0, NULL);
             _exit(10);
@@ -102,14 +109,14 @@ void test_wait_notify_wakes_waiter(void **state)
     held = pg_recv(fds[0], 30000, "holder acquired");
     if (held.rc != 0)
         fail_msg("the holder could not acquire: %s", lease_error_name(held.rc));
-    conf_store_open();
+    CHECK_RC(0, lease_store_open(&ws, url));
 
     o = conf_opts(w, 60000, "waiter", 10000);
     o.backoff_min_ms = 30000;
     o.backoff_max_ms = 30000;
     memset(&g, 0, sizeof(g));
     t = conf_now_ms();
-    rc = lease_acquire(&g, &h, conf_store, key, &o);
+    rc = lease_acquire(&g, &h, ws, key, &o);
     t = conf_now_ms() - t;
     rel = pg_recv(fds[0], 30000, "holder released");
     late = pg_recv(fds[0], 30000, "late taker");
@@ -129,7 +136,41 @@ void test_wait_notify_wakes_waiter(void **state)
     CHECK_RC(LEASE_EBUSY, late.rc);
     assert_string_equal(late.text, w);
     ASSERT_U64_OP(late.value, ==, g.token);
-    CHECK_RC(0, lease_release(conf_store, &g));
+    CHECK_RC(0, lease_release(ws, &g));
+    lease_store_close(ws);
+    conf_store_open();
+}
+
+void test_wait_notify_wakes_waiter(void **state)
+{
+    (void)state;
+    notify_wakes_waiter(conf_url);
+}
+
+/*
+ * The same on the reference SQL's table, without waiting_until: the
+ * waiter announces itself by the store's advisory lock, and the release,
+ * which notifies only a waiter holding it, wakes it.
+ */
+void test_wait_notify_wakes_waiter_reftable(void **state)
+{
+    char name[13], sql[512], params[64], *url;
+    PGconn *c = raw_connect(conf_url);
+
+    (void)state;
+    pg_rand_name(name);
+    snprintf(sql, sizeof(sql), "CREATE TABLE wr_%s (resource_key text PRIMARY KEY, "
+             "owner_id uuid, lease_until timestamptz NOT NULL DEFAULT "
+             "'-infinity'::timestamptz, fencing_token bigint NOT NULL DEFAULT 0 "
+             "CHECK (fencing_token >= 0))", name);
+    raw_ok(c, sql);
+    snprintf(params, sizeof(params), "lease_table=wr_%s", name);
+    url = url_with(conf_url, params);
+    notify_wakes_waiter(url);
+    free(url);
+    snprintf(sql, sizeof(sql), "DROP TABLE wr_%s, wr_%s_history", name, name);
+    raw_ok(c, sql);
+    PQfinish(c);
 }
 
 /* Waiting stays bounded: 500 ms against a 60 s holder. */
@@ -296,12 +337,37 @@ static int cycle_notifies(lease_store *s, PGconn *listener, PGconn *other,
     return notified_before_sentinel(listener, other, key);
 }
 
+/* Take (lock != 0) or give back the waiters' advisory lock of `key` on
+ * `c`, as the store's waiter does on a table without waiting_until. */
+static void wait_lock(PGconn *c, const char *key, int lock)
+{
+    const char *v[1] = { key };
+    char *r = raw_scalar(c, lock ? "SELECT pg_advisory_lock_shared(" WAIT_CLASS
+                                   ", hashtext($1))::text"
+                                 : "SELECT pg_advisory_unlock_shared(" WAIT_CLASS
+                                   ", hashtext($1))::text", 1, v);
+
+    free(r);
+}
+
+/* Sessions holding the waiters' advisory lock of `key`. */
+static long long wait_locks(PGconn *c, const char *key)
+{
+    const char *v[1] = { key };
+
+    return raw_ll(c, "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' "
+                     "AND classid = " WAIT_CLASS " AND objid = hashtext($1)::oid "
+                     "AND mode = 'ShareLock'", 1, v);
+}
+
 /*
  * On a lease table with waiting_until (made by the store), a release
  * notifies only when a waiter announced itself and the announcement has
  * not expired; a new grant clears announcements; a waiter announces
- * itself. On a table without the column (the reference SQL's), every
- * release notifies, as before the column existed.
+ * itself. On a table without the column (the reference SQL's), a release
+ * notifies only while a waiter holds the waiters' advisory lock of the
+ * key, and a waiter takes it for its wait and gives it back; a release on
+ * a table with the column hears such a waiter too.
  */
 void test_wait_notify_only_announced(void **state)
 {
@@ -326,6 +392,11 @@ void test_wait_notify_only_announced(void **state)
 
     /* Nobody waits: no notification. */
     assert_int_equal(cycle_notifies(s, listener, other, key, a, NULL), 0);
+    /* A waiter holding the advisory lock (a handle opened before the
+     * column was added): notified. */
+    wait_lock(other, key, 1);
+    assert_int_equal(cycle_notifies(s, listener, other, key, a, NULL), 1);
+    wait_lock(other, key, 0);
     /* A waiter announced (as sql_announce does): notified. */
     snprintf(sql, sizeof(sql), "UPDATE wn_%s SET waiting_until = clock_timestamp() "
              "+ interval '1 minute'", name);
@@ -363,7 +434,7 @@ void test_wait_notify_only_announced(void **state)
     lease_store_close(s);
     free(url);
 
-    /* The reference SQL's table, without the column: every release. */
+    /* The reference SQL's table, without the column: the lock. */
     snprintf(sql, sizeof(sql), "CREATE TABLE wo_%s (resource_key text PRIMARY KEY, "
              "owner_id uuid, lease_until timestamptz NOT NULL DEFAULT "
              "'-infinity'::timestamptz, fencing_token bigint NOT NULL DEFAULT 0 "
@@ -372,7 +443,24 @@ void test_wait_notify_only_announced(void **state)
     snprintf(params, sizeof(params), "lease_table=wo_%s", name);
     url = url_with(conf_url, params);
     CHECK_RC(0, lease_store_open(&s, url));
+    assert_int_equal(cycle_notifies(s, listener, other, key, a, NULL), 0);
+    wait_lock(other, key, 1);
+    assert_int_equal(wait_locks(other, key), 1);
     assert_int_equal(cycle_notifies(s, listener, other, key, a, NULL), 1);
+    wait_lock(other, key, 0);
+    assert_int_equal(cycle_notifies(s, listener, other, key, a, NULL), 0);
+    /* A waiter that times out held the lock for its wait (the release
+     * that would have woken it is test_wait_notify_wakes_waiter_reftable)
+     * and gave it back, its handle still open. */
+    o = conf_opts(a, 30000, NULL, 0);
+    CHECK_RC(0, lease_acquire(&g, NULL, s, key, &o));
+    CHECK_RC(0, lease_store_open(&w, url));
+    o = conf_opts(b, 30000, NULL, 300);
+    CHECK_FAIL(LEASE_ETIMEOUT, lease_acquire(&g2, NULL, w, key, &o));
+    assert_int_equal(wait_locks(other, key), 0);
+    lease_store_close(w);
+    CHECK_RC(0, lease_release(s, &g));
+    (void)notified_before_sentinel(listener, other, key);
     lease_store_close(s);
     free(url);
 

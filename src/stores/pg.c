@@ -978,7 +978,7 @@ static char *sql_announce(const pg_store *s)
         s->lease_table);
 }
 
-/* Without waiting_until: the waiter's lock (see WAIT_CLASS), taken before
+/* The waiter's lock (see WAIT_CLASS), taken before
  * it looks at the row (with sql_holder, a statement of its own, so that
  * its snapshot comes after the lock), given back when the wait ends. */
 static char *sql_wait_lock(const pg_store *s)
@@ -1142,8 +1142,8 @@ static const struct {
     { ST_DATA_PUT, ALWAYS, .plain = sql_data_put },
     { ST_DATA_GET, ALWAYS, .plain = sql_data_get },
     { ST_ANNOUNCE, WITH_WAITING, .plain = sql_announce },
-    { ST_WAIT_LOCK, WITHOUT_WAITING, .plain = sql_wait_lock },
-    { ST_WAIT_UNLOCK, WITHOUT_WAITING, .plain = sql_wait_unlock },
+    { ST_WAIT_LOCK, ALWAYS, .plain = sql_wait_lock },
+    { ST_WAIT_UNLOCK, ALWAYS, .plain = sql_wait_unlock },
     { ST_HISTORY, WITH_HISTORY, .plain = sql_history },
     { ST_HISTORY_LOST, WITH_HISTORY, .plain = sql_history_lost },
     { ST_HISTORY_CLEAN, WITH_HISTORY, .plain = sql_history_clean },
@@ -2583,7 +2583,7 @@ static int pg_advisory_txn(lease_store *base, int64_t lock_key, int try_only,
 }
 
 /*
- * Without waiting_until: take the waiter's lock (WAIT_CLASS), then, in a
+ * Take the waiter's lock (WAIT_CLASS), then, in a
  * statement of its own (a snapshot taken after the lock), see whether the
  * key is held. 1 when it is free: no release will come, try again now.
  */
@@ -2612,9 +2612,11 @@ static int pg_wait_lock(pg_store *s, const char *stored)
 
 /*
  * Listening (committed first), announce the wait, so that the release
- * notifies: in the lease row until the wait ends (sql_announce), or, on a
- * table without waiting_until, by the waiter's lock (pg_wait_lock). 1 when
- * the key is free already: no release will come, try again now.
+ * notifies: by the waiter's lock (pg_wait_lock) and, where the table has
+ * waiting_until, in the lease row until the wait ends (sql_announce). The
+ * lock is taken on a table with the column too: a handle opened before
+ * the column was added releases checking the lock only. 1 when the key is
+ * free already: no release will come, try again now.
  */
 static int pg_announce(pg_store *s, const char *stored, uint64_t timeout_ms)
 {
@@ -2623,8 +2625,8 @@ static int pg_announce(pg_store *s, const char *stored, uint64_t timeout_ms)
     PGresult *res;
     int rc, n;
 
-    if (s->sql[ST_ANNOUNCE] == NULL)
-        return pg_wait_lock(s, stored);
+    if ((rc = pg_wait_lock(s, stored)) != 0 || s->sql[ST_ANNOUNCE] == NULL)
+        return rc;
     ttl_text(until, sizeof(until), timeout_ms);
     if ((rc = exec_prepared(&res, s, ST_ANNOUNCE, v, NULL, NULL, "announce a wait")) < 0)
         return rc;

@@ -60,6 +60,7 @@ int main(int argc, char **argv)
         CONF_TEST(test_wait_is_bounded),
         CONF_TEST(test_wait_timeout_stops_listening),
         CONF_TEST(test_wait_notify_only_announced),
+        CONF_TEST(test_wait_column_added),
         CONF_TEST(test_trips_renew_is_one),
         CONF_TEST(test_race_32),
         CONF_TEST(test_security_no_password),

@@ -53,6 +53,7 @@ void test_wait_notify_wakes_waiter_reftable(void **state);
 void test_wait_is_bounded(void **state);
 void test_wait_timeout_stops_listening(void **state);
 void test_wait_notify_only_announced(void **state);
+void test_wait_column_added(void **state);
 void test_race_32(void **state);
 
 /* pg_store_trips.c */

@@ -3,6 +3,8 @@
  * waits bounded by the handle's timeout, a handle that stops listening
  * when its wait ends, and 32 connections racing for one key.
  */
+#include <pthread.h>
+
 #include "pg_store.h"
 
 /* ======================================================================
@@ -169,6 +171,84 @@ void test_wait_notify_wakes_waiter_reftable(void **state)
     notify_wakes_waiter(url);
     free(url);
     snprintf(sql, sizeof(sql), "DROP TABLE wr_%s, wr_%s_history", name, name);
+    raw_ok(c, sql);
+    PQfinish(c);
+}
+
+static long long wait_locks(PGconn *c, const char *key);
+
+/* A waiter on its own handle and thread: acquire `key` as `owner`,
+ * waiting up to 20 s, then give the lease back. */
+typedef struct column_waiter {
+    const char *url, *key, *owner;
+    int rc;
+} column_waiter;
+
+static void *column_waiter_run(void *arg)
+{
+    column_waiter *w = arg;
+    lease_acquire_opts o = conf_opts(w->owner, 30000, NULL, 20000);
+    lease_store *st = NULL;
+    lease_grant g;
+
+    if ((w->rc = lease_store_open(&st, w->url)) == 0 &&
+        (w->rc = lease_acquire(&g, NULL, st, w->key, &o)) == 0)
+        w->rc = lease_release(st, &g);
+    lease_store_close(st);
+    return NULL;
+}
+
+/*
+ * waiting_until added while clients run: a handle opened before it (its
+ * release looks at the waiters' advisory lock only) must still hear a
+ * waiter opened after it (which announces in the row): so that waiter
+ * holds the lock as well while it waits, and is woken.
+ */
+void test_wait_column_added(void **state)
+{
+    char name[13], sql[512], params[64], key[LEASE_KEY_MAX + 1];
+    char a[LEASE_OWNER_BUFSZ], b[LEASE_OWNER_BUFSZ], *url;
+    PGconn *c = raw_connect(conf_url);
+    column_waiter w;
+    lease_store *s;
+    lease_acquire_opts o;
+    lease_grant g;
+    pthread_t t;
+    int i;
+
+    (void)state;
+    pg_rand_name(name);
+    conf_key(key, "notify/column-added");
+    conf_owner(a);
+    conf_owner(b);
+    snprintf(sql, sizeof(sql), "CREATE TABLE wc_%s (resource_key text PRIMARY KEY, "
+             "owner_id uuid, lease_until timestamptz NOT NULL DEFAULT "
+             "'-infinity'::timestamptz, fencing_token bigint NOT NULL DEFAULT 0 "
+             "CHECK (fencing_token >= 0))", name);
+    raw_ok(c, sql);
+    snprintf(params, sizeof(params), "lease_table=wc_%s", name);
+    url = url_with(conf_url, params);
+    CHECK_RC(0, lease_store_open(&s, url));
+    o = conf_opts(a, 30000, NULL, 0);
+    CHECK_RC(0, lease_acquire(&g, NULL, s, key, &o));
+    snprintf(sql, sizeof(sql), "ALTER TABLE wc_%s ADD COLUMN waiting_until timestamptz",
+             name);
+    raw_ok(c, sql);
+    w.url = url;
+    w.key = key;
+    w.owner = b;
+    w.rc = 1;
+    assert_int_equal(pthread_create(&t, NULL, column_waiter_run, &w), 0);
+    /* Bounded: 10 s for the waiter to start waiting. */
+    for (i = 0; i < 500 && wait_locks(c, key) == 0; i++)
+        conf_sleep_ms(20);
+    assert_int_equal(wait_locks(c, key), 1);
+    CHECK_RC(0, lease_release(s, &g));
+    pthread_join(t, NULL);
+    assert_int_equal(w.rc, 0);
+    lease_store_close(s);
+    free(url);
+    snprintf(sql, sizeof(sql), "DROP TABLE wc_%s, wc_%s_history", name, name);
     raw_ok(c, sql);
     PQfinish(c);
 }

@@ -10,7 +10,9 @@
 -- made by the reference SQL without them works, without labels and ttls.
 -- waiting_until is optional too: until when a waiter wants to hear of a
 -- release (waiters set it, acquire clears it); a release notifies only
--- then. Without it every release notifies, which costs throughput:
+-- then. Without it waiters announce themselves by an advisory lock only
+-- (src/stores/pg.c, WAIT_CLASS), which releases of older versions do not
+-- look at:
 --   ALTER TABLE coordination_lease ADD COLUMN waiting_until timestamptz;
 CREATE TABLE IF NOT EXISTS :lease_table (
     resource_key text PRIMARY KEY,

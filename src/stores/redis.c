@@ -451,6 +451,10 @@ static int redis_flush(redis_store *s, redisContext *c, redis_out *o,
 {
     int rc = redis_send(s, c, o->buf, o->len, what);
 
+    /* Wiped once sent: AUTH's password goes through this buffer, which is
+     * kept for the next command (and freed or reallocated later). */
+    if (o->len > 0)
+        memset(o->buf, 0, o->len);
     o->len = 0;
     if (o->cap > ((size_t)64 << 10)) {
         free(o->buf);

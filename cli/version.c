@@ -5,7 +5,7 @@
  * talks through, as linked at run time.
  *
  *   lease 0.1.0 (liblease 0.1.0)
- *   stores: sqlite, postgres, redis, etcd
+ *   stores: sqlite, postgres, redis, etcd, kubernetes
  *   sqlite: SQLite 3.40.1
  *   postgres: module /usr/lib/x86_64-linux-gnu/lease/liblease-store-postgres.so (not loaded)
  *   ...
@@ -13,8 +13,8 @@
  *
  * The "stores:" line is read by the shell completion; keep its form.
  *
- * liblease.so loads the PostgreSQL, Redis and etcd stores from modules on
- * first use, so that a command on SQLite maps none of their client
+ * liblease.so loads the PostgreSQL, Redis, etcd and Kubernetes stores from
+ * modules on first use, so that a command on SQLite maps none of their client
  * libraries; asking a module its client library's version loads it. Plain
  * --version therefore names each module's file (and whether it is there)
  * and stays cheap; `lease --version --verbose` loads every module and

@@ -85,6 +85,7 @@ _lease_schemes()
             postgres) out+=" postgres:// postgresql://" ;;
             redis) out+=" redis://" ;;
             etcd) out+=" etcd:// etcds://" ;;
+            kubernetes) out+=" kubernetes:// kubernetes+http://" ;;
         esac
     done
     printf '%s' "$out"

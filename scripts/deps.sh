@@ -11,7 +11,15 @@ packages=(
   libcmocka-dev python3 sqlite3 jq postgresql-15 redis-server redis-sentinel redis-tools etcd-server etcd-client prometheus curl openssl iproute2 coreutils util-linux man-db groff-base   # the tests
   debhelper dpkg-dev   # the Debian packages (tests/package)
   lua5.1   # luac5.1 -p checks the Redis scripts (Redis runs Lua 5.1)
+  python3-kubernetes   # a real client (CoordinationV1Api) checked against the Kubernetes test double, as kubectl is (below)
 )
+
+# kubectl: Debian's kubernetes-client, unless a kubectl is installed already
+# (some images carry another vendor's package of it, which Debian's would
+# conflict with); the tests use whichever is on PATH.
+if ! command -v kubectl >/dev/null 2>&1; then
+  packages+=(kubernetes-client)
+fi
 
 missing=()
 for p in "${packages[@]}"; do

@@ -3,12 +3,14 @@
 # each: with gcc, the default RelWithDebInfo build and Debug with
 # AddressSanitizer + UndefinedBehaviorSanitizer, each running the tests
 # through ctest (every test in the first; in the second all but five that
-# mostly wait on servers restarting or failing over); the same two with clang, compiled; an SQLite-only build
-# running the tests that apply to it; then the libFuzzer targets (clang),
-# each run for LEASE_FUZZ_SECONDS (default 20) through ctest, so that a
-# regression in a parser is caught.
-# The store servers the tests need are started here, on loopback ports in a
-# temporary directory, and stopped on exit.
+# mostly wait on servers restarting or failing over and three that check the
+# Kubernetes double against real clients); the same two with clang,
+# compiled; an SQLite-only build running the tests that apply to it; then
+# the libFuzzer targets (clang), each run for LEASE_FUZZ_SECONDS (default
+# 20) through ctest, so that a regression in a parser is caught.
+# The store servers the tests need (and the Kubernetes Lease API double) are
+# started here, on loopback ports in a temporary directory, and stopped on
+# exit.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh
@@ -28,6 +30,7 @@ cleanup() {
   scripts/pg-server.sh stop "$work/pg" || true
   scripts/redis-server.sh stop "$work/redis" || true
   scripts/etcd-server.sh stop "$work/etcd" || true
+  scripts/kube-server.sh stop "$work/kube" || true
   rm -rf "$work"
 }
 trap cleanup EXIT
@@ -47,6 +50,14 @@ scripts/etcd-server.sh start "$work/etcd" e1 "$(free_port)" "$(free_port)"
 LEASE_TEST_ETCD_URL=$(scripts/etcd-server.sh url "$work/etcd")
 export LEASE_TEST_ETCD_URL
 
+# No Kubernetes API server is packaged for Debian: the Kubernetes store's
+# tests run against the Lease API double in tests/kubernetes/, whose
+# fidelity tests check it with kubectl and python3-kubernetes.
+echo "== starting the Kubernetes Lease API double on loopback"
+scripts/kube-server.sh start "$work/kube" "$(free_port)"
+LEASE_TEST_KUBE_URL=$(scripts/kube-server.sh url "$work/kube")
+export LEASE_TEST_KUBE_URL
+
 # build DIR CMAKE_ARGS...: configure and build, warnings as errors.
 build() {
   local dir=$1; shift
@@ -65,14 +76,17 @@ stage() { echo "== $* ($(date -u +%H:%M:%S))"; }
 stage "build: gcc, RelWithDebInfo (the default users build), then every test"
 build build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=gcc
 run_suite build
-stage "build: gcc, Debug + ASan + UBSan, then every test but five server-failover ones"
+stage "build: gcc, Debug + ASan + UBSan, then every test but eight"
 build build-asan -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_COMPILER=gcc -DLEASE_SANITIZE=ON
 # Every test but the five that spend their minutes waiting on servers
 # (replication, restarts, quorum loss, a killed leader): their client code
-# paths are the ones the other tests run, and the gcc suite above ran them.
+# paths are the ones the other tests run, and the gcc suite above ran them;
+# and the three that check the Kubernetes double against kubectl and
+# python3-kubernetes (their C paths are kube_checks' and the conformance
+# suite's, run here).
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   run_suite build-asan \
-  -E '^(redis_failover|redis_wait_replicas|redis_restart|etcd_quorum_loss|etcd_leader_kill)$'
+  -E '^(redis_failover|redis_wait_replicas|redis_restart|etcd_quorum_loss|etcd_leader_kill|kube_double|kube_kubectl|kube_interop)$'
 # clang's warnings differ from gcc's: both configurations are compiled
 # with it, warnings as errors; the tests ran above.
 stage "build: clang, RelWithDebInfo (compiled only)"
@@ -84,9 +98,9 @@ build build-clang-asan -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_COMPILER=clang -DLEASE
   -DLEASE_STORE_MODULES=OFF
 # The smallest build: SQLite only, and the tests that apply to it (the
 # Debian packages, which have every store, were built and checked above).
-stage "build: SQLite only (-DLEASE_WITH_POSTGRES/REDIS/ETCD=OFF), then its tests"
+stage "build: SQLite only (-DLEASE_WITH_POSTGRES/REDIS/ETCD/KUBERNETES=OFF), then its tests"
 build build-min -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=gcc \
-  -DLEASE_WITH_POSTGRES=OFF -DLEASE_WITH_REDIS=OFF -DLEASE_WITH_ETCD=OFF
+  -DLEASE_WITH_POSTGRES=OFF -DLEASE_WITH_REDIS=OFF -DLEASE_WITH_ETCD=OFF -DLEASE_WITH_KUBERNETES=OFF
 run_suite build-min -LE package
 stage "fuzz targets (clang, libFuzzer + ASan + UBSan, ${LEASE_FUZZ_SECONDS:-20} s each)"
 build build-fuzz -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=Debug -DLEASE_FUZZ=ON \

@@ -153,8 +153,8 @@ int lease__backend_check(const lease_backend *backend);
  * the metrics' store labels and lease_store_builtin(). A store whose library
  * was not found at configure time (LEASE_WITH_<STORE>) has backend NULL.
  *
- * In liblease.so (LEASE_STORE_MODULES) PostgreSQL, Redis and etcd are
- * modules, loaded on first use so that a program on SQLite never maps
+ * In liblease.so (LEASE_STORE_MODULES) PostgreSQL, Redis, etcd and
+ * Kubernetes are modules, loaded on first use so that a program on SQLite never maps
  * libpq, hiredis or libcurl: their entry has `module` (the file name) and
  * `backend` points at lease__module_placeholder, a table with no slots that
  * only says "in this build"; only core/store.c reads `backend` as a table,
@@ -192,11 +192,12 @@ typedef struct lease__store_module {
 typedef const lease__store_module *(*lease__store_module_fn)(void);
 const lease__store_module *lease__store_module_entry(void);
 
-#define LEASE__NSTORES 4
+#define LEASE__NSTORES 5
 extern const char *const lease__sqlite_schemes[];
 extern const char *const lease__pg_schemes[];
 extern const char *const lease__redis_schemes[];
 extern const char *const lease__etcd_schemes[];
+extern const char *const lease__kubernetes_schemes[];
 extern const lease__store_entry lease__stores[LEASE__NSTORES];
 
 /* Built-in stores, each compiled only when its library was found. */
@@ -213,6 +214,10 @@ int lease__redis_client_version(char *buf, size_t size);
 #if LEASE_WITH_ETCD
 extern const lease_backend lease__etcd_backend;
 int lease__etcd_client_version(char *buf, size_t size);
+#endif
+#if LEASE_WITH_KUBERNETES
+extern const lease_backend lease__kubernetes_backend;
+int lease__kubernetes_client_version(char *buf, size_t size);
 #endif
 
 #endif

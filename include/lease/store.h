@@ -4,7 +4,8 @@
  * A store is chosen by the scheme of its URL:
  *   sqlite:relative/path.db      embedded SQLite store (the default)
  *   sqlite:///absolute/path.db
- *   (postgres://, redis://, etcd:// as their stores are built in)
+ *   (postgres://, redis://, etcd://, kubernetes:// as their stores are
+ *   built in)
  *
  * Threading: a lease_store is one connection. It may move between threads
  * but must not be used by two threads at once; open one per thread. The

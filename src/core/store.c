@@ -2,10 +2,10 @@
  * store.c - finding a store by URL scheme, checking and registering store
  * tables, opening and closing a connection, and the handle's settings.
  * lease__stores below is the project's one list of stores; PostgreSQL,
- * Redis and etcd are optional (LEASE_WITH_<STORE>), and one this build was
- * configured without keeps its entry with no backend, so that its scheme
- * gets "this build has no ... store". In liblease.so (LEASE_STORE_MODULES)
- * those three are modules, loaded here on first use (module_get). Beyond
+ * Redis, etcd and Kubernetes are optional (LEASE_WITH_<STORE>), and one this
+ * build was configured without keeps its entry with no backend, so that its
+ * scheme gets "this build has no ... store". In liblease.so
+ * (LEASE_STORE_MODULES) those four are modules, loaded here on first use (module_get). Beyond
  * that list nothing here knows any particular store.
  */
 #if LEASE_STORE_MODULES
@@ -34,6 +34,7 @@ const char *const lease__sqlite_schemes[] = { "sqlite", NULL };
 const char *const lease__pg_schemes[] = { "postgres", "postgresql", NULL };
 const char *const lease__redis_schemes[] = { "redis", NULL };
 const char *const lease__etcd_schemes[] = { "etcd", "etcds", NULL };
+const char *const lease__kubernetes_schemes[] = { "kubernetes", "kubernetes+http", NULL };
 
 /* The backend of a store module before it is loaded: "in this build", no
  * slot (version 0, so that lease__backend_check would refuse it). */
@@ -71,6 +72,14 @@ const lease__store_entry lease__stores[LEASE__NSTORES] = {
     { "etcd", lease__etcd_schemes, &lease__etcd_backend, lease__etcd_client_version, NULL },
 #else
     ABSENT_STORE("etcd", lease__etcd_schemes),
+#endif
+#if LEASE_WITH_KUBERNETES && LEASE_STORE_MODULES
+    MODULE_STORE("kubernetes", lease__kubernetes_schemes),
+#elif LEASE_WITH_KUBERNETES
+    { "kubernetes", lease__kubernetes_schemes, &lease__kubernetes_backend,
+      lease__kubernetes_client_version, NULL },
+#else
+    ABSENT_STORE("kubernetes", lease__kubernetes_schemes),
 #endif
 };
 

@@ -56,7 +56,7 @@ for lease in "$BUILD/lease" "$INSTALLED_LEASE"; do
     section "$lease: --version --verbose loads each module (the control)"
     libs_of "$lease" --version --verbose
     expect_rc 0 "--version --verbose"
-    for s in postgres redis etcd; do
+    for s in postgres redis etcd kubernetes; do
         case ", $STORES," in *", $s,"*) ;; *) continue ;; esac
         assert_contains "$LIBS" "liblease-store-$s.so" "--version --verbose maps the $s module"
         assert_not_contains "$OUT" "$s: module" "--verbose prints the $s client library"

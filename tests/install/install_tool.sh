@@ -20,7 +20,7 @@ done
 # The store modules and the agent (LEASE_STORE_MODULES), under <libdir>/lease.
 if grep -q '^LEASE_STORE_MODULES:BOOL=ON$' "$BUILD/CMakeCache.txt"; then
     assert_file "$LIBDIR/lease/lease-agent.so" "the agent module installed"
-    for s in postgres redis etcd; do
+    for s in postgres redis etcd kubernetes; do
         if has_store "$s"; then
             assert_file "$LIBDIR/lease/liblease-store-$s.so" "the $s store module installed"
         fi

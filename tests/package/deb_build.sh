@@ -152,7 +152,7 @@ LIBDIR=usr/lib/$MULTIARCH
 has liblease0 "$LIBDIR/liblease.so.0" "the SONAME link"
 has liblease0 "$LIBDIR/liblease.so.$UPSTREAM" "the shared library"
 # The store modules liblease.so.0 loads on first use (src/core/store.c).
-for m in postgres redis etcd; do
+for m in postgres redis etcd kubernetes; do
     has liblease0 "$LIBDIR/lease/liblease-store-$m.so" "the $m store module"
 done
 # The runtime package holds the shared library, its store modules and its
@@ -235,12 +235,12 @@ expect_rc 0 "lease --version"
 assert_contains "$OUT" "lease $UPSTREAM (liblease $UPSTREAM)" \
     "the tool and the library have the version of debian/changelog"
 # ON in debian/rules: a package must never lack a store.
-assert_contains "$OUT" "stores: sqlite, postgres, redis, etcd" "every store is built in"
+assert_contains "$OUT" "stores: sqlite, postgres, redis, etcd, kubernetes" "every store is built in"
 assert_contains "$OUT" "postgres: module $ROOTLIB/lease/liblease-store-postgres.so (not loaded)" \
     "--version names the packaged module without loading it"
 call "${PL[@]}" --version --verbose
 expect_rc 0 "lease --version --verbose"
-for c in "postgres: libpq " "redis: hiredis " "etcd: libcurl " "agent: libmicrohttpd "; do
+for c in "postgres: libpq " "redis: hiredis " "etcd: libcurl " "kubernetes: libcurl " "agent: libmicrohttpd "; do
     assert_contains "$OUT" "$c" "--version --verbose loads the packaged modules"
 done
 
@@ -344,7 +344,7 @@ call cmake -S "$T/cmake-consumer" -B "$T/cmake-consumer/build" \
     "-DCMAKE_PREFIX_PATH=$ROOT/usr" -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF
 expect_rc 0 "cmake configure with the packaged lease CMake package"
 assert_contains "$OUT" "lease_DIR=$ROOTLIB/cmake/lease" "find_package found the packaged one"
-assert_contains "$OUT" "lease_STORES=sqlite;postgres;redis;etcd" "lease_STORES"
+assert_contains "$OUT" "lease_STORES=sqlite;postgres;redis;etcd;kubernetes" "lease_STORES"
 call cmake --build "$T/cmake-consumer/build"
 expect_rc 0 "build with lease::lease"
 call env "LD_LIBRARY_PATH=$ROOTLIB" "$T/cmake-consumer/build/version"

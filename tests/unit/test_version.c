@@ -38,6 +38,7 @@ static const struct {
     { "postgres", LEASE_WITH_POSTGRES, "postgresql://127.0.0.1:1/db", "libpq " },
     { "redis", LEASE_WITH_REDIS, "redis://127.0.0.1:1", "hiredis " },
     { "etcd", LEASE_WITH_ETCD, "etcds://127.0.0.1:1", "libcurl " },
+    { "kubernetes", LEASE_WITH_KUBERNETES, "kubernetes+http://127.0.0.1:1/ns", "libcurl " },
 };
 #define NEXPECTED (sizeof(expected) / sizeof(expected[0]))
 

@@ -1690,6 +1690,9 @@ static int kube_watch(kube_store *s, watch_ctx *w, const char *rv, uint64_t boun
     return rc;
 }
 
+static int kube_get_listed(kube_lease *l, char list_rv[RV_MAX + 1], kube_store *s,
+                           const char *name, const char *key);
+
 static int kube_wait_release(lease_store *base, const char *key, uint64_t timeout_ms)
 {
     kube_store *s = (kube_store *)base;
@@ -1711,7 +1714,7 @@ static int kube_wait_release(lease_store *base, const char *key, uint64_t timeou
     s->end_ns = t0 +
                 (int64_t)(timeout_ms < s->parent.timeout_ms ? timeout_ms
                                                             : s->parent.timeout_ms) * 1000000;
-    if ((rc = kube_get(&l, s, name, key)) == KUBE_NOTFOUND)
+    if ((rc = kube_get_listed(&l, rv, s, name, key)) == KUBE_NOTFOUND)
         return 0;
     if (rc < 0)
         return rc;
@@ -1720,7 +1723,6 @@ static int kube_wait_release(lease_store *base, const char *key, uint64_t timeou
     w.s = s;
     w.name = name;
     lease__strlcpy(w.holder, l.holder, sizeof(w.holder));
-    lease__strlcpy(rv, l.rv, sizeof(rv));
     kube_lease_free(&l);
     if (rc)
         return 0; /* free, or may be taken now */
@@ -1735,6 +1737,50 @@ static int kube_wait_release(lease_store *base, const char *key, uint64_t timeou
     rc = kube_watch(s, &w, rv, bound);
     if (rc == LEASE_ETIMEOUT)
         return bound < timeout_ms ? 0 : LEASE_ETIMEOUT;
+    return rc;
+}
+
+/*
+ * Read key's object through a list of that one name, for a watch: the
+ * list's resourceVersion is the server's latest, where the object's own
+ * may be old (a lease renewed rarely) and already outside the server's
+ * window of events, which would make every watch from it answer 410
+ * Gone at once. 0 with *l and list_rv, KUBE_NOTFOUND, or an error.
+ */
+static int kube_get_listed(kube_lease *l, char list_rv[RV_MAX + 1], kube_store *s,
+                           const char *name, const char *key)
+{
+    char path[512];
+    json_t *res = NULL, *items;
+    int64_t date_s = -1;
+    const char *rv;
+    int rc;
+
+    memset(l, 0, sizeof(*l));
+    kube_path(path, sizeof(path), s, NULL);
+    snprintf(path + strlen(path), sizeof(path) - strlen(path),
+             "?fieldSelector=metadata.name%%3D%s", name);
+    if ((rc = kube_call(&res, &date_s, s, "GET", path, NULL, "read")) != 0)
+        return rc == KUBE_NOTFOUND || rc == KUBE_CONFLICT
+                   ? kube_malformed("read", "HTTP %d on a list", rc == 1 ? 404 : 409)
+                   : rc;
+    items = json_object_get(res, "items");
+    rv = json_string_value(json_object_get(json_object_get(res, "metadata"),
+                                           "resourceVersion"));
+    if (rv == NULL || *rv == '\0' || strlen(rv) > RV_MAX)
+        rc = kube_malformed("read", "the list has no resourceVersion of at most %d bytes",
+                            RV_MAX);
+    else if (items != NULL && !json_is_array(items) && !json_is_null(items))
+        rc = kube_malformed("read", "items is not an array");
+    else if (json_array_size(items) > 1)
+        rc = kube_malformed("read", "%zu objects named '%s'", json_array_size(items), name);
+    else if (json_array_size(items) == 0)
+        rc = KUBE_NOTFOUND;
+    else
+        rc = kube_lease_from(l, json_incref(json_array_get(items, 0)), date_s, name, key);
+    if (rc >= 0 && rv)
+        lease__strlcpy(list_rv, rv, RV_MAX + 1);
+    json_decref(res);
     return rc;
 }
 

@@ -34,7 +34,7 @@ Test hooks, outside the API paths (loopback clients, the allowed token):
   POST /fake/v1/delay {"ms":N,"count":M,"path_prefix":..., "method":...}
   POST /fake/v1/clock {"offset_s":N}   the Date header runs N s ahead
   POST /fake/v1/reset                  clears faults, delays and offset
-  GET  /fake/v1/stats  {"requests":N,"writes":N,"commits":N,"watches":N,
+  GET  /fake/v1/stats  {"requests":N,"writes":N,"commits":N,"watches":N,"gone":N,
                         "verbs":{"get":N,"list":N,"create":N,...}}
        writes = write requests on the API paths (answered or not),
        commits = writes that made a new resourceVersion.
@@ -451,7 +451,7 @@ class Store:
         self.delays = []
         self.clock_offset = 0.0
         self.stats = {"requests": 0, "writes": 0, "commits": 0, "watches": 0,
-                      "verbs": {v: 0 for v in VERBS}}
+                      "gone": 0, "verbs": {v: 0 for v in VERBS}}
 
     # --- hooks ---------------------------------------------------------
     def count(self, verb):
@@ -973,6 +973,8 @@ class Handler(BaseHTTPRequestHandler):
         try:
             if initial is None:
                 # RV older than the window: one ERROR event, then the end.
+                with st.cond:
+                    st.stats["gone"] += 1
                 self.send_chunk({"type": "ERROR", "object": status_obj(
                     410, "Expired", "too old resource version: %s (%d)"
                     % (rv_param, st.dropped_upto + 1))})
@@ -1000,6 +1002,8 @@ class Handler(BaseHTTPRequestHandler):
                     gone = False
                 cur = st.rv
             if gone:
+                with st.cond:
+                    st.stats["gone"] += 1
                 self.send_chunk({"type": "ERROR", "object": status_obj(
                     410, "Expired", "too old resource version: %d" % since)})
                 return

@@ -40,11 +40,12 @@ kube_cleanup() {
 }
 trap kube_cleanup EXIT
 
-# start_double NAME: a double in $T/NAME; sets URL, DIR, BASE, TOKEN.
+# start_double NAME [OPTIONS...]: a double in $T/NAME; sets URL, DIR, BASE, TOKEN.
 start_double() {
     pick_port || die "no free port"
     DIR=$T/$1
-    "$KS" start "$DIR" "$PORT" >/dev/null || die "the double did not start"
+    shift
+    "$KS" start "$DIR" "$PORT" "$@" >/dev/null || die "the double did not start"
     KUBE_DIRS+=("$DIR")
     URL=$("$KS" url "$DIR")
     BASE=http://127.0.0.1:$PORT
@@ -217,6 +218,24 @@ call "$CHECKER" wake "$URL" wake/one
 expect_rc 0 "the waiter gets the released key"
 w1=$(kapi GET /fake/v1/stats | jq -r .watches)
 assert_gt "$w1" "$w0" "the waiter waited on a watch"
+
+section "a waiter watches from the server's latest version"
+# A lease renewed rarely keeps an old resourceVersion; once other writes
+# have pushed it out of the server's window of events (5 here), a watch
+# from it would be answered 410 Gone at once, again and again. The waiter
+# watches from its list read's version instead: one watch for the wait.
+start_double window --watch-window 5
+call "$L" --store "$URL" acquire old/rv --ttl 60s
+expect_rc 0 "a holder that will not renew for a while"
+for i in $(seq 12); do
+    kapi POST "$LEASES" "{\"metadata\":{\"name\":\"other-$i\"},\"spec\":{}}" >/dev/null
+done
+g0=$(kapi GET /fake/v1/stats | jq -r .gone)
+call "$L" --store "$URL" acquire old/rv --ttl 60s --wait 3s
+expect_error 7 "still held after the wait"
+stats=$(kapi GET /fake/v1/stats)
+assert_gt "$(jq -r .watches <<<"$stats")" 0 "the waiter watched"
+assert_eq "$(jq -r .gone <<<"$stats")" "$g0" "no watch was answered 410 Gone"
 
 section "close-on-exec"
 call "$CHECKER" cloexec "$URL" cloexec/one

@@ -1666,7 +1666,7 @@ static void kube_query_escape(char *out, size_t size, const char *in)
  * ended: the core reads again), LEASE_ETIMEOUT, or an error. */
 static int kube_watch(kube_store *s, watch_ctx *w, const char *rv, uint64_t bound_ms)
 {
-    char path[1024], erv[3 * RV_MAX + 1];
+    char path[1024], erv[3 * RV_MAX + 4]; /* every byte escaped, never cut */
     lease__http_answer a;
     int rc;
 

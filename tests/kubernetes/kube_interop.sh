@@ -202,6 +202,8 @@ before_ms "$T_E_STOPPED" "$T_P2_LEADER" \
 kill -TERM "${PYPID[2]}" 2>/dev/null
 
 section "one holder at a time in the samples: py-1, lease elect, py-2, never back"
+# The sampler polls every half second: let it record py-2 (bounded).
+WAIT_TRIES=200 wait_for "the sampler saw py-2" grep -q ' py-2$' "$T/holders"
 seq=$(cut -d' ' -f2- "$T/holders" | sed "s/^$ELECT_OWNER\$/E/; s/^py-1\$/P1/; s/^py-2\$/P2/; s/^\$/-/" | uniq | tr '\n' ' ')
 assert_match "$seq" '^(- )?P1 (- )?E (- )?P2 ' "holder sequence ($seq)"
 assert_eq "$(grep -o ' E ' <<<" $seq " | wc -l)" 1 "lease elect held one stretch"

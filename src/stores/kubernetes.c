@@ -701,6 +701,50 @@ static int kube_get(kube_lease *l, kube_store *s, const char *name, const char *
     return kube_lease_from(l, obj, date_s, name, key);
 }
 
+/*
+ * Read key's object through a list of that one name, for a watch: the
+ * list's resourceVersion is the server's latest, where the object's own
+ * may be old (a lease renewed rarely) and already outside the server's
+ * window of events, which would make every watch from it answer 410
+ * Gone at once. 0 with *l and list_rv, KUBE_NOTFOUND, or an error.
+ */
+static int kube_get_listed(kube_lease *l, char list_rv[RV_MAX + 1], kube_store *s,
+                           const char *name, const char *key)
+{
+    char path[512];
+    json_t *res = NULL, *items;
+    int64_t date_s = -1;
+    const char *rv;
+    int rc;
+
+    memset(l, 0, sizeof(*l));
+    kube_path(path, sizeof(path), s, NULL);
+    snprintf(path + strlen(path), sizeof(path) - strlen(path),
+             "?fieldSelector=metadata.name%%3D%s", name);
+    if ((rc = kube_call(&res, &date_s, s, "GET", path, NULL, "read")) != 0)
+        return rc == KUBE_NOTFOUND || rc == KUBE_CONFLICT
+                   ? kube_malformed("read", "HTTP %d on a list", rc == 1 ? 404 : 409)
+                   : rc;
+    items = json_object_get(res, "items");
+    rv = json_string_value(json_object_get(json_object_get(res, "metadata"),
+                                           "resourceVersion"));
+    if (rv == NULL || *rv == '\0' || strlen(rv) > RV_MAX)
+        rc = kube_malformed("read", "the list has no resourceVersion of at most %d bytes",
+                            RV_MAX);
+    else if (items != NULL && !json_is_array(items) && !json_is_null(items))
+        rc = kube_malformed("read", "items is not an array");
+    else if (json_array_size(items) > 1)
+        rc = kube_malformed("read", "%zu objects named '%s'", json_array_size(items), name);
+    else if (json_array_size(items) == 0)
+        rc = KUBE_NOTFOUND;
+    else
+        rc = kube_lease_from(l, json_incref(json_array_get(items, 0)), date_s, name, key);
+    if (rc >= 0 && rv)
+        lease__strlcpy(list_rv, rv, RV_MAX + 1);
+    json_decref(res);
+    return rc;
+}
+
 /* ---- expiry -------------------------------------------------------------- */
 
 static seen_rv *kube_seen_slot(kube_store *s, const char *name)
@@ -1212,6 +1256,16 @@ static int kube_acquire_once(lease_grant *out, lease_info *holder, kube_store *s
     return rc;
 }
 
+/* A compare-and-swap that lost every one of its `tries` (409 Conflict
+ * each time): another writer kept changing the object. */
+static int kube_conflict_error(const kube_store *s, const char *what, const char *key,
+                               int tries)
+{
+    return lease__seterr(LEASE_ESTORE, "kubernetes %s on %s: '%.255s' changed under "
+                         "every one of %d attempts (409 Conflict)", what,
+                         s->parent.url_redacted, key, tries);
+}
+
 static int kube_acquire(lease_grant *out, lease_info *holder, lease_store *base,
                         const lease_request *req)
 {
@@ -1226,17 +1280,18 @@ static int kube_acquire(lease_grant *out, lease_info *holder, lease_store *base,
     for (i = 0; i < CAS_TRIES && rc == KUBE_CONFLICT; i++)
         rc = kube_acquire_once(out, holder, s, name, req);
     if (rc == KUBE_CONFLICT)
-        rc = lease__seterr(LEASE_ESTORE, "kubernetes acquire on %s: '%.255s' changed under "
-                           "every one of %d attempts (409 Conflict)",
-                           s->parent.url_redacted, req->key, CAS_TRIES);
+        rc = kube_conflict_error(s, "acquire", req->key, CAS_TRIES);
     return rc;
 }
 
 /* Read the lease of (key, owner, token) and check it is the current one:
- * 0 with *l, ELOST (said by lease__not_holder) or an error. */
-static int kube_read_held(kube_lease *l, kube_store *s, const char *name, const char *what,
+ * 0 with *l, ELOST (said by lease__not_holder) or an error. A renewal
+ * (`renewing`) must also prove the lease alive: it must not revive one;
+ * a release ends it either way. */
+static int kube_read_held(kube_lease *l, kube_store *s, const char *name, int renewing,
                           const char *key, const char *owner, uint64_t token)
 {
+    const char *what = renewing ? "renew" : "release";
     uint64_t left;
     int rc = kube_get(l, s, name, key);
 
@@ -1245,9 +1300,7 @@ static int kube_read_held(kube_lease *l, kube_store *s, const char *name, const 
     if (rc < 0)
         return rc;
     if (l->token != token || strcmp(l->holder, owner) != 0 ||
-        kube_expired(s, name, l, &left) ||
-        /* A renewal must not revive; a release ends it either way. */
-        (strcmp(what, "renew") == 0 && !kube_holder_alive(s, name, l))) {
+        kube_expired(s, name, l, &left) || (renewing && !kube_holder_alive(s, name, l))) {
         kube_written_del(s, name); /* nothing of it is this process's now */
         kube_lease_free(l);
         return lease__not_holder(what, key, token, NULL);
@@ -1270,7 +1323,7 @@ static int kube_renew(uint64_t *granted_ms, lease_store *base, const char *key,
         json_t *spec;
         char now[64];
 
-        if ((rc = kube_read_held(&l, s, name, "renew", key, owner, token)) < 0)
+        if ((rc = kube_read_held(&l, s, name, 1, key, owner, token)) < 0)
             return rc;
         kube_microtime(now, kube_wall_us());
         spec = json_object_get(l.obj, "spec");
@@ -1282,8 +1335,7 @@ static int kube_renew(uint64_t *granted_ms, lease_store *base, const char *key,
         kube_lease_free(&l);
     }
     if (rc == KUBE_CONFLICT)
-        rc = lease__seterr(LEASE_ESTORE, "kubernetes renew on %s: '%.255s' changed under "
-                           "every attempt (409 Conflict)", s->parent.url_redacted, key);
+        rc = kube_conflict_error(s, "renew", key, CAS_TRIES);
     if (rc == 0)
         *granted_ms = (uint64_t)kube_duration(ttl_ms) * 1000;
     return rc;
@@ -1318,15 +1370,14 @@ static int kube_release(lease_store *base, const char *key, const char *owner,
     for (i = 0; i < CAS_TRIES && rc == KUBE_CONFLICT; i++) {
         kube_lease l;
 
-        if ((rc = kube_read_held(&l, s, name, "release", key, owner, token)) < 0)
+        if ((rc = kube_read_held(&l, s, name, 0, key, owner, token)) < 0)
             return rc;
         if ((rc = kube_release_object(&l, token)) == 0)
             rc = kube_write(s, name, l.obj, 0, "release");
         kube_lease_free(&l);
     }
     if (rc == KUBE_CONFLICT)
-        rc = lease__seterr(LEASE_ESTORE, "kubernetes release on %s: '%.255s' changed under "
-                           "every attempt (409 Conflict)", s->parent.url_redacted, key);
+        rc = kube_conflict_error(s, "release", key, CAS_TRIES);
     return rc;
 }
 
@@ -1492,8 +1543,7 @@ static int kube_fence_advance(uint64_t *mark, lease_store *base, const char *res
                              "of '%.255s'", (unsigned long long)token,
                              (unsigned long long)*mark, resource);
     if (rc == KUBE_CONFLICT)
-        rc = lease__seterr(LEASE_ESTORE, "kubernetes fence on %s: '%.255s' changed under "
-                           "every attempt (409 Conflict)", s->parent.url_redacted, resource);
+        rc = kube_conflict_error(s, "fence", resource, CAS_TRIES * 2);
     return rc;
 }
 
@@ -1690,9 +1740,6 @@ static int kube_watch(kube_store *s, watch_ctx *w, const char *rv, uint64_t boun
     return rc;
 }
 
-static int kube_get_listed(kube_lease *l, char list_rv[RV_MAX + 1], kube_store *s,
-                           const char *name, const char *key);
-
 static int kube_wait_release(lease_store *base, const char *key, uint64_t timeout_ms)
 {
     kube_store *s = (kube_store *)base;
@@ -1737,50 +1784,6 @@ static int kube_wait_release(lease_store *base, const char *key, uint64_t timeou
     rc = kube_watch(s, &w, rv, bound);
     if (rc == LEASE_ETIMEOUT)
         return bound < timeout_ms ? 0 : LEASE_ETIMEOUT;
-    return rc;
-}
-
-/*
- * Read key's object through a list of that one name, for a watch: the
- * list's resourceVersion is the server's latest, where the object's own
- * may be old (a lease renewed rarely) and already outside the server's
- * window of events, which would make every watch from it answer 410
- * Gone at once. 0 with *l and list_rv, KUBE_NOTFOUND, or an error.
- */
-static int kube_get_listed(kube_lease *l, char list_rv[RV_MAX + 1], kube_store *s,
-                           const char *name, const char *key)
-{
-    char path[512];
-    json_t *res = NULL, *items;
-    int64_t date_s = -1;
-    const char *rv;
-    int rc;
-
-    memset(l, 0, sizeof(*l));
-    kube_path(path, sizeof(path), s, NULL);
-    snprintf(path + strlen(path), sizeof(path) - strlen(path),
-             "?fieldSelector=metadata.name%%3D%s", name);
-    if ((rc = kube_call(&res, &date_s, s, "GET", path, NULL, "read")) != 0)
-        return rc == KUBE_NOTFOUND || rc == KUBE_CONFLICT
-                   ? kube_malformed("read", "HTTP %d on a list", rc == 1 ? 404 : 409)
-                   : rc;
-    items = json_object_get(res, "items");
-    rv = json_string_value(json_object_get(json_object_get(res, "metadata"),
-                                           "resourceVersion"));
-    if (rv == NULL || *rv == '\0' || strlen(rv) > RV_MAX)
-        rc = kube_malformed("read", "the list has no resourceVersion of at most %d bytes",
-                            RV_MAX);
-    else if (items != NULL && !json_is_array(items) && !json_is_null(items))
-        rc = kube_malformed("read", "items is not an array");
-    else if (json_array_size(items) > 1)
-        rc = kube_malformed("read", "%zu objects named '%s'", json_array_size(items), name);
-    else if (json_array_size(items) == 0)
-        rc = KUBE_NOTFOUND;
-    else
-        rc = kube_lease_from(l, json_incref(json_array_get(items, 0)), date_s, name, key);
-    if (rc >= 0 && rv)
-        lease__strlcpy(list_rv, rv, RV_MAX + 1);
-    json_decref(res);
     return rc;
 }
 

@@ -27,14 +27,9 @@
 #include "lease_int.h"
 #include "fuzz_store.h"
 
-/* The replies point into `input`, the fake's own copy (see fuzz_etcd.c). */
-static struct {
-    pthread_mutex_t mu;
-    uint8_t *input;
-    fuzz_pieces replies;
-    size_t used; /* replies sent since the input began */
-    int port;
-} redis_fake = { PTHREAD_MUTEX_INITIALIZER, NULL, { { 0 }, { 0 }, 0 }, 0, 0 };
+/* The replies: the input split at 0x01 (fuzz_store.h); `requests` counts
+ * the replies sent since the input began. */
+static fuzz_fake redis_fake = FUZZ_FAKE_INIT;
 
 static const char redis_sha[] = "$40\r\n0123456789abcdef0123456789abcdef01234567\r\n";
 static const char redis_config[] = "*4\r\n$10\r\nappendonly\r\n$3\r\nyes\r\n"
@@ -84,10 +79,10 @@ static int redis_answer(int fd, const redisReply *cmd)
         return 1;
     }
     pthread_mutex_lock(&redis_fake.mu);
-    if (redis_fake.used < redis_fake.replies.n) {
-        size_t i = redis_fake.used++;
-        fuzz_write_all(fd, redis_fake.replies.at[i], redis_fake.replies.len[i]);
-        keep = redis_whole(redis_fake.replies.at[i], redis_fake.replies.len[i]);
+    if (redis_fake.requests < redis_fake.answers.n) {
+        size_t i = redis_fake.requests++;
+        fuzz_write_all(fd, redis_fake.answers.at[i], redis_fake.answers.len[i]);
+        keep = redis_whole(redis_fake.answers.at[i], redis_fake.answers.len[i]);
     } else {
         /* Used up: an error keeps the connection, so that the calls left
          * fail at once instead of connecting again. */
@@ -180,25 +175,8 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     char url[64];
-    lease_store *s = NULL;
-    int rc;
 
-    if (size > 65536)
-        return 0;
-    pthread_mutex_lock(&redis_fake.mu);
-    free(redis_fake.input);
-    if ((redis_fake.input = malloc(size + 1)) == NULL)
-        abort();
-    memcpy(redis_fake.input, data, size);
-    fuzz_split(&redis_fake.replies, redis_fake.input, size, 0x01);
-    redis_fake.used = 0;
-    pthread_mutex_unlock(&redis_fake.mu);
     snprintf(url, sizeof(url), "redis://127.0.0.1:%d/0?prefix=fuzz:", redis_fake.port);
-    rc = lease_store_open_timeout(&s, url, 1000);
-    fuzz_check_rc("open", rc);
-    if (rc == 0) {
-        fuzz_store_run(s);
-        lease_store_close(s);
-    }
+    fuzz_store_input(&redis_fake, data, size, url);
     return 0;
 }

@@ -702,6 +702,36 @@ static int kube_get(kube_lease *l, kube_store *s, const char *name, const char *
 }
 
 /*
+ * GET a list of the namespace's Leases, `query` its query string: 0 with
+ * *res and its items (NULL when there are none), or an error. A list is
+ * never 404 or 409: either is a server not answering as the API does.
+ */
+static int kube_get_list(json_t **res, json_t **items, int64_t *date_s, kube_store *s,
+                         const char *query, const char *what)
+{
+    char path[1024];
+    int rc;
+
+    *items = NULL;
+    kube_path(path, sizeof(path), s, NULL);
+    lease__strlcpy(path + strlen(path), query, sizeof(path) - strlen(path));
+    if ((rc = kube_call(res, date_s, s, "GET", path, NULL, what)) != 0)
+        return rc == KUBE_NOTFOUND || rc == KUBE_CONFLICT
+                   ? lease__seterr(LEASE_ESTORE, "kubernetes %s: malformed answer: HTTP %d "
+                                   "on a list", what, rc == KUBE_NOTFOUND ? 404 : 409)
+                   : rc;
+    *items = json_object_get(*res, "items");
+    if (*items != NULL && !json_is_array(*items) && !json_is_null(*items)) {
+        json_decref(*res);
+        *res = NULL;
+        *items = NULL;
+        return lease__seterr(LEASE_ESTORE, "kubernetes %s: malformed answer: items is "
+                             "not an array", what);
+    }
+    return 0;
+}
+
+/*
  * Read key's object through a list of that one name, for a watch: the
  * list's resourceVersion is the server's latest, where the object's own
  * may be old (a lease renewed rarely) and already outside the server's
@@ -711,28 +741,21 @@ static int kube_get(kube_lease *l, kube_store *s, const char *name, const char *
 static int kube_get_listed(kube_lease *l, char list_rv[RV_MAX + 1], kube_store *s,
                            const char *name, const char *key)
 {
-    char path[512];
+    char query[NAME_MAX_K + 64];
     json_t *res = NULL, *items;
     int64_t date_s = -1;
     const char *rv;
     int rc;
 
     memset(l, 0, sizeof(*l));
-    kube_path(path, sizeof(path), s, NULL);
-    snprintf(path + strlen(path), sizeof(path) - strlen(path),
-             "?fieldSelector=metadata.name%%3D%s", name);
-    if ((rc = kube_call(&res, &date_s, s, "GET", path, NULL, "read")) != 0)
-        return rc == KUBE_NOTFOUND || rc == KUBE_CONFLICT
-                   ? kube_malformed("read", "HTTP %d on a list", rc == 1 ? 404 : 409)
-                   : rc;
-    items = json_object_get(res, "items");
+    snprintf(query, sizeof(query), "?fieldSelector=metadata.name%%3D%s", name);
+    if ((rc = kube_get_list(&res, &items, &date_s, s, query, "read")) != 0)
+        return rc;
     rv = json_string_value(json_object_get(json_object_get(res, "metadata"),
                                            "resourceVersion"));
     if (rv == NULL || *rv == '\0' || strlen(rv) > RV_MAX)
         rc = kube_malformed("read", "the list has no resourceVersion of at most %d bytes",
                             RV_MAX);
-    else if (items != NULL && !json_is_array(items) && !json_is_null(items))
-        rc = kube_malformed("read", "items is not an array");
     else if (json_array_size(items) > 1)
         rc = kube_malformed("read", "%zu objects named '%s'", json_array_size(items), name);
     else if (json_array_size(items) == 0)
@@ -1429,7 +1452,7 @@ static int kube_list_item(kube_store *s, json_t *item, int64_t date_s, const cha
 static int kube_list(lease_store *base, const char *prefix, lease_list_cb cb, void *payload)
 {
     kube_store *s = (kube_store *)base;
-    char path[1024], cont[512] = "";
+    char query[600], cont[512] = "";
     int rc = 0;
 
     kube_begin(s);
@@ -1439,18 +1462,12 @@ static int kube_list(lease_store *base, const char *prefix, lease_list_cb cb, vo
         const char *next;
         size_t i;
 
-        kube_path(path, sizeof(path), s, NULL);
-        snprintf(path + strlen(path), sizeof(path) - strlen(path), "?limit=%d%s%s",
-                 LIST_PAGE, *cont ? "&continue=" : "", cont);
-        if ((rc = kube_call(&res, &date_s, s, "GET", path, NULL, "list")) != 0)
-            return rc == KUBE_NOTFOUND || rc == KUBE_CONFLICT
-                       ? kube_malformed("list", "HTTP %d on the list", rc == 1 ? 404 : 409)
-                       : rc;
-        items = json_object_get(res, "items");
+        snprintf(query, sizeof(query), "?limit=%d%s%s", LIST_PAGE,
+                 *cont ? "&continue=" : "", cont);
+        if ((rc = kube_get_list(&res, &items, &date_s, s, query, "list")) != 0)
+            return rc;
         next = json_string_value(json_object_get(json_object_get(res, "metadata"),
                                                  "continue"));
-        if (!json_is_array(items) && !json_is_null(items) && items != NULL)
-            rc = kube_malformed("list", "items is not an array");
         for (i = 0; rc == 0 && i < json_array_size(items); i++)
             rc = kube_list_item(s, json_array_get(items, i), date_s, prefix, cb, payload);
         cont[0] = '\0';

@@ -9,6 +9,9 @@
  * of a 200 with a correct Content-Length and `headers`. Every connection
  * is closed after one answer, so no call waits for bytes that never come:
  * the fuzzer stays fast.
+ *
+ * It uses strcasestr and accept4: the target defines _GNU_SOURCE before
+ * any include.
  */
 #ifndef LEASE_FUZZ_HTTP_H
 #define LEASE_FUZZ_HTTP_H

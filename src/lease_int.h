@@ -42,6 +42,10 @@ int lease__check_holder(char owner[LEASE_OWNER_BUFSZ], const lease_store *s,
                         const char *owner_in, uint64_t ttl_ms, const char *label);
 int lease__canonical_owner(char out[LEASE_OWNER_BUFSZ], const char *owner);
 void lease__strlcpy(char *dst, const char *src, size_t size);
+/* Wipe a string that held a secret (a password, a token, a URL or a header
+ * with one in it), then free it; NULL is a no-op. explicit_bzero: a memset
+ * right before free is a dead store the compiler may drop. */
+void lease__free_secret(char *s);
 /* ?password_file=PATH: the file's password into *out (malloc'ed), held in
  * the secrets registry; the caller gives it back with
  * lease__secret_release() before freeing it. `store` names the store in

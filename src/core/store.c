@@ -420,8 +420,7 @@ static void free_parent(char *url, char *redacted)
 {
     if (url) {
         lease__secrets_release(url);
-        memset(url, 0, strlen(url));
-        free(url);
+        lease__free_secret(url);
     }
     free(redacted);
 }

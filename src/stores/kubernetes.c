@@ -357,8 +357,7 @@ static void kube_token_drop(kube_store *s)
 {
     if (s->token) {
         lease__secret_release(s->token);
-        memset(s->token, 0, strlen(s->token));
-        free(s->token);
+        lease__free_secret(s->token);
         s->token = NULL;
     }
 }

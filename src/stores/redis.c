@@ -1785,8 +1785,7 @@ static void redis_close(lease_store *base)
     if (s->password) {
         if (s->password_from_file)
             lease__secret_release(s->password);
-        memset(s->password, 0, strlen(s->password));
-        free(s->password);
+        lease__free_secret(s->password);
     }
 }
 

@@ -271,26 +271,14 @@ static CURLcode http_run(lease__http *h, int64_t hard_end)
     return res;
 }
 
-/* The headers of a request (NULL when out of memory). The token goes in
- * one header built here and freed (wiped) right after the request. */
-/* Free a header list, wiping each header first: curl_slist_append keeps
- * its own copy of the Authorization header, the bearer token in it. */
-static void http_headers_free(struct curl_slist *hdr)
-{
-    struct curl_slist *t;
-
-    for (t = hdr; t; t = t->next)
-        if (t->data)
-            memset(t->data, 0, strlen(t->data));
-    curl_slist_free_all(hdr);
-}
-
-static struct curl_slist *http_headers(const lease__http_req *r, char **auth)
+/* The headers of a request (NULL when out of memory). The token is in one
+ * header, copied into the list (which lease__http_headers_free wipes);
+ * the header built for it is wiped at once. */
+static struct curl_slist *http_headers(const lease__http_req *r)
 {
     struct curl_slist *hdr = curl_slist_append(NULL, "Accept: application/json"), *t;
     char ct[128];
 
-    *auth = NULL;
     if (hdr && r->content_type) {
         snprintf(ct, sizeof(ct), "Content-Type: %s", r->content_type);
         if ((t = curl_slist_append(hdr, ct)) == NULL)
@@ -301,16 +289,16 @@ static struct curl_slist *http_headers(const lease__http_req *r, char **auth)
     if (hdr && r->body && (t = curl_slist_append(hdr, "Expect:")) == NULL)
         goto fail;
     if (hdr && r->bearer) {
-        if (asprintf(auth, "Authorization: Bearer %s", r->bearer) < 0) {
-            *auth = NULL;
-            goto fail;
-        }
-        if ((t = curl_slist_append(hdr, *auth)) == NULL)
+        char *auth = lease__http_auth_header("Bearer ", r->bearer);
+
+        t = auth ? curl_slist_append(hdr, auth) : NULL;
+        lease__free_secret(auth);
+        if (t == NULL)
             goto fail;
     }
     return hdr;
 fail:
-    http_headers_free(hdr);
+    lease__http_headers_free(hdr);
     return NULL;
 }
 
@@ -388,7 +376,6 @@ int lease__http_do(lease__http_answer *a, int *sent, lease__http *h,
                     r->on_line, r->arg, -1, -1, h->curl };
     int64_t left_ms = (r->end_ns - lease_clock_ns()) / 1000000;
     struct curl_slist *hdr;
-    char *auth = NULL;
     CURLcode cc;
     int rc = 0;
 
@@ -398,17 +385,11 @@ int lease__http_do(lease__http_answer *a, int *sent, lease__http *h,
     if (left_ms <= 0)
         return lease__seterr(LEASE_ETIMEOUT, "%s %s on %s: the call's timeout ran out "
                              "before the request was sent", store, what, where);
-    if ((hdr = http_headers(r, &auth)) == NULL) {
-        free(auth);
+    if ((hdr = http_headers(r)) == NULL)
         return lease__seterr(LEASE_ENOMEM, "out of memory");
-    }
     http_setopts(h->curl, r, hdr, &b, left_ms);
     cc = http_run(h, lease_clock_ns() + (left_ms + 2000) * 1000000);
-    http_headers_free(hdr);
-    if (auth) {
-        memset(auth, 0, strlen(auth));
-        free(auth);
-    }
+    lease__http_headers_free(hdr);
     *sent = http_sent(h->curl, cc);
     a->date_s = b.date_s;
     a->retry_after_s = b.retry_after_s;

@@ -20,6 +20,9 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <curl/curl.h>
 
 typedef struct lease__http lease__http;
 
@@ -68,6 +71,36 @@ int lease__http_do(lease__http_answer *a, int *sent, lease__http *h,
                    const char *where);
 
 void lease__http_answer_free(lease__http_answer *a);
+
+/* "Authorization: " scheme token, malloc'ed (NULL when out of memory):
+ * built here rather than by asprintf, which leaves copies of what it
+ * formats in memory it frees unwiped. Free it with lease__free_secret. */
+static inline char *lease__http_auth_header(const char *scheme, const char *token)
+{
+    static const char name[] = "Authorization: ";
+    size_t a = sizeof(name) - 1, b = strlen(scheme), c = strlen(token);
+    char *h = malloc(a + b + c + 1);
+
+    if (h == NULL)
+        return NULL;
+    memcpy(h, name, a);
+    memcpy(h + a, scheme, b);
+    memcpy(h + a + b, token, c + 1);
+    return h;
+}
+
+/* Free a header list, wiping each header first: curl_slist_append keeps
+ * its own copy of an Authorization header, the token in it. Shared with
+ * etcd's requests, which build their headers themselves. */
+static inline void lease__http_headers_free(struct curl_slist *hdr)
+{
+    struct curl_slist *t;
+
+    for (t = hdr; t; t = t->next)
+        if (t->data)
+            explicit_bzero(t->data, strlen(t->data));
+    curl_slist_free_all(hdr);
+}
 
 /* "libcurl 7.88.1" as linked at run time. */
 int lease__http_client_version(char *buf, size_t size);

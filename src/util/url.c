@@ -193,12 +193,12 @@ void lease__url_free(lease__url *u)
         return;
     for (i = 0; i < u->nparams; i++) {
         free(u->params[i].name);
-        free(u->params[i].value);
+        lease__free_secret(u->params[i].value); /* a ?password=, a ?token= */
     }
     free(u->params);
     free(u->scheme);
     free(u->user);
-    free(u->password);
+    lease__free_secret(u->password);
     free(u->hosts);
     free(u->path);
     memset(u, 0, sizeof(*u));

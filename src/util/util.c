@@ -70,6 +70,14 @@ void lease__strlcpy(char *dst, const char *src, size_t size)
     dst[n] = '\0';
 }
 
+void lease__free_secret(char *s)
+{
+    if (s == NULL)
+        return;
+    explicit_bzero(s, strlen(s));
+    free(s);
+}
+
 int lease__check_name(const char *what, const char *name)
 {
     size_t n;

@@ -65,13 +65,16 @@ our_agent() {
 # the check and the bind (tests of other stores start servers on random
 # ports): an agent that cannot listen exits, and the next port is tried
 # (at most 5). Each agent is registered with bg_register, so lib.sh's exit
-# trap kills it whatever way this script ends.
+# trap kills it whatever way this script ends. A ttl of 4 s: a leader steps
+# down on the first renewal that takes a third of its ttl, and the checks
+# below count one leadership only until (c) kills the leader; a stall of a
+# third of a second on a loaded host would hand over a 1 s leadership.
 start_agent() {
     local label=$1 lc attempt pid i
     lc=$(echo "$label" | tr 'A-Z' 'a-z')
     for attempt in 1 2 3 4 5; do
         pick_port || die "no free loopback port"
-        "$LEASE" agent svc --listen "127.0.0.1:$PORT" --ttl 1s --label "$label" --json \
+        "$LEASE" agent svc --listen "127.0.0.1:$PORT" --ttl 4s --label "$label" --json \
             >"$T/$lc.out" 2>"$T/$lc.err" &
         pid=$!
         bg_register "$pid"

@@ -221,9 +221,15 @@ run_ours() {
 }
 
 # run_driver STORE C TAG BENCH_CYCLE: one run of a build's bench_cycle.
+#
+# On PostgreSQL each build runs on a lease table of its own, made by its
+# store as users get it (pgbench keeps the reference table): a table made
+# by this version has acquired_at, so its history is written when grants
+# end (docs/stores.md), and one version's grants must not meet another's.
 run_driver() {
-  local s=$1 c=$2 tag=$3 bin=$4 out
-  local cmd=(timeout $((seconds + 60)) "$bin" --store "${url[$s]}" --clients "$c" --seconds "$seconds"
+  local s=$1 c=$2 tag=$3 bin=$4 out store=${url[$1]}
+  [ "$s" = postgres ] && store="$store?lease_table=cycle_$tag"
+  local cmd=(timeout $((seconds + 60)) "$bin" --store "$store" --clients "$c" --seconds "$seconds"
     --prefix "$cycle_prefix")
   if [ "$s" = redis ]; then
     out=$(redis_measured "$tag" "$c" "${cmd[@]}")

@@ -48,7 +48,8 @@ typedef struct lease_history_entry {
     uint64_t token;
     char owner[LEASE_OWNER_BUFSZ];
     char label[LEASE_LABEL_MAX + 1];
-    uint64_t ttl_ms;     /* ttl granted at acquisition */
+    uint64_t ttl_ms;     /* ttl granted at acquisition (PostgreSQL, on a lease
+                          * table with acquired_at: the last one granted) */
     int64_t acquired_ms; /* when granted */
     lease_ended ended;
     int64_t ended_ms;    /* when it ended (see above); 0 while held or

@@ -31,12 +31,16 @@
  * src/stores/pg/ (schema.sql, history.sql: psql can run them alone).
  *
  * The grant history (lease/history.h) is one row per grant, primary key
- * (resource_key, fencing_token), written by the same acquire and release
- * statements (data-modifying CTEs), so a grant is never left out (see
- * history.sql; ended NULL: still held). It is created when missing, also
- * next to tables made before it existed; a role that may not create it (or
- * not write it) still gets every other operation, and lease_history()
- * answers LEASE_EUNSUPPORTED saying why.
+ * (resource_key, fencing_token), written by the statements that grant and
+ * end leases (data-modifying CTEs), so a grant is never left out (see
+ * history.sql). On a lease table with acquired_at (the tables this version
+ * makes) an entry is written once, when the grant ends, and the lease row
+ * stands for the grant while it lasts (DEFERRED, below); on one without,
+ * as tables made before it, an entry is written when the grant begins
+ * (ended NULL: still held) and ended when it ends (sql_acquire_history).
+ * It is created when missing, also next to tables made before it existed;
+ * a role that may not create it (or not write it) still gets every other
+ * operation, and lease_history() answers LEASE_EUNSUPPORTED saying why.
  *
  * Every call is bounded: queries go out asynchronously and the socket is
  * polled until the handle's timeout; a query with no answer in time drops
@@ -83,6 +87,9 @@ enum {
     ST_HISTORY,      /* these three only with a usable history table */
     ST_HISTORY_LOST,
     ST_HISTORY_CLEAN,
+    ST_TAKEOVER,     /* these three only with a history written when */
+    ST_RELEASE_AGAIN, /* grants end (see DEFERRED) */
+    ST_HISTORY_PRUNE,
     ST_COUNT
 };
 
@@ -118,6 +125,9 @@ static const struct {
     [ST_HISTORY] = { 2, { T_TEXT, T_INT8 } },
     [ST_HISTORY_LOST] = { 3, { T_TEXT, T_UUID, T_INT8 } },
     [ST_HISTORY_CLEAN] = { 1, { T_TEXT } },
+    [ST_TAKEOVER] = { 5, { T_TEXT, T_UUID, T_INTERVAL, T_TEXT, T_INT8 } },
+    [ST_RELEASE_AGAIN] = { 3, { T_TEXT, T_UUID, T_INT8 } },
+    [ST_HISTORY_PRUNE] = { 1, { T_TEXT } },
 };
 
 typedef struct {
@@ -131,6 +141,8 @@ typedef struct {
     char *history_why;     /* why there is no history; NULL when there is */
     int tokens;            /* LEASE__TOKENS_CLOCK or LEASE__TOKENS_COUNTER */
     int has_wait;          /* the lease table has waiting_until */
+    int has_acquired;      /* ... and acquired_at */
+    int deferred;          /* the history is written when grants end */
     char *sql[ST_COUNT];
     int prepared;          /* statements prepared on this connection */
     int listening;
@@ -636,18 +648,19 @@ static char *pg_fmt(const char *f, ...)
 
 /* The optional columns describe the grant whose token is in holder_token:
  * a lease taken by the reference SQL run by hand leaves them as they were,
- * and must not be shown with its predecessor's label. */
+ * and must not be shown with its predecessor's label; nor a released one
+ * (a deferred history's release leaves them: see DEFERRED). */
 static const char *label_col(int has_label)
 {
     return has_label ? "CASE WHEN l.holder_token = l.fencing_token "
-                       "THEN l.holder_label END"
+                       "AND l.owner_id IS NOT NULL THEN l.holder_label END"
                      : "NULL::text";
 }
 
 static const char *ttl_col(int has_ttl)
 {
     return has_ttl ? "CASE WHEN l.holder_token = l.fencing_token "
-                     "THEN l.lease_ttl_ms END"
+                     "AND l.owner_id IS NOT NULL THEN l.lease_ttl_ms END"
                    : "NULL::bigint";
 }
 
@@ -671,13 +684,21 @@ static char *next_token(const pg_store *s, const char *prev)
     return pg_fmt("greatest(%s + 1, " CLOCK_US ")", prev);
 }
 
+/* The row is the acquiring owner's own unexpired lease: a retry, which
+ * keeps its grant. */
+#define RETRY "l.owner_id = EXCLUDED.owner_id AND l.lease_until > clock_timestamp()"
+
 /* The reference upsert. One change: the owner that already holds the
  * unexpired lease may acquire again (a retry whose answer was lost)
- * and keeps its token, with a new expiry. With a history it reads
- * its row from `o` first (see sql_acquire_history), hence SELECT instead
- * of VALUES. With clock tokens it also returns the clock it used
- * (clock_us), for pg_acquire to tell a clock behind the tokens. */
-static char *lease_upsert(const pg_store *s, int has_label, int has_ttl, int history)
+ * and keeps its token, with a new expiry. `after_o`: it reads its row
+ * from `o` first (see sql_acquire_history), hence SELECT instead of
+ * VALUES. With a deferred history (see DEFERRED) a new grant also
+ * records when it began (acquired_at), and `fast` takes only a key
+ * that is free or the owner's own (sql_acquire_fast). With clock tokens
+ * it also returns the clock it used (clock_us), for pg_acquire to tell
+ * a clock behind the tokens. */
+static char *lease_upsert(const pg_store *s, int has_label, int has_ttl, int after_o,
+                          int fast)
 {
     int holder = has_label || has_ttl, clock = s->tokens == LEASE__TOKENS_CLOCK;
     char *first = next_token(s, "0"), *next = next_token(s, "l.fencing_token");
@@ -685,39 +706,43 @@ static char *lease_upsert(const pg_store *s, int has_label, int has_ttl, int his
     const char *init = clock ? first : "1";
 
     if (first && next)
-        token = pg_fmt("CASE WHEN l.owner_id = EXCLUDED.owner_id "
-                       "AND l.lease_until > clock_timestamp() THEN l.fencing_token "
-                       "ELSE %s END", next);
+        token = pg_fmt("CASE WHEN " RETRY " THEN l.fencing_token ELSE %s END", next);
     /* A new grant clears the waiters' announcements: whoever still waits
      * was woken by the release before it (or found the key free) and,
      * busy again, announces itself again, after this grant. A holder's
      * retry keeps them: they wait for its release. */
     if (token)
-        token_set = pg_fmt("%s%s%s", holder ? ", holder_token = " : "",
+        token_set = pg_fmt("%s%s%s%s", holder ? ", holder_token = " : "",
                            holder ? token : "",
-                           s->has_wait ? ", waiting_until = CASE WHEN l.owner_id = "
-                                         "EXCLUDED.owner_id AND l.lease_until > "
-                                         "clock_timestamp() THEN l.waiting_until END"
+                           s->has_wait ? ", waiting_until = CASE WHEN " RETRY
+                                         " THEN l.waiting_until END"
+                                       : "",
+                           s->deferred ? ", acquired_at = CASE WHEN " RETRY
+                                         " THEN l.acquired_at ELSE clock_timestamp() END"
                                        : "");
     if (token_set)
         sql = pg_fmt(
-            "INSERT INTO %s AS l (resource_key, owner_id, lease_until, fencing_token%s%s%s) "
-            "%s$1, $2::uuid, clock_timestamp() + $3::interval, %s%s%s%s%s%s "
+            "INSERT INTO %s AS l (resource_key, owner_id, lease_until, fencing_token%s%s%s%s) "
+            "%s$1, $2::uuid, clock_timestamp() + $3::interval, %s%s%s%s%s%s%s "
             "ON CONFLICT (resource_key) DO UPDATE "
             "SET owner_id = EXCLUDED.owner_id, "
             "lease_until = clock_timestamp() + $3::interval, "
             "fencing_token = %s%s%s%s "
-            "WHERE l.lease_until <= clock_timestamp() OR l.owner_id = EXCLUDED.owner_id "
+            "WHERE %s "
             "RETURNING l.fencing_token%s%s",
             s->lease_table, has_label ? ", holder_label" : "",
             has_ttl ? ", lease_ttl_ms" : "", holder ? ", holder_token" : "",
-            history ? "SELECT " : "VALUES (", init,
+            s->deferred ? ", acquired_at" : "",
+            after_o ? "SELECT " : "VALUES (", init,
             has_label ? ", NULLIF($4, '')" : "", has_ttl ? ", $5::bigint" : "",
             holder ? ", " : "", holder ? init : "",
-            history ? " FROM (SELECT count(*) FROM o) AS locked" : ")", token,
+            s->deferred ? ", clock_timestamp()" : "",
+            after_o ? " FROM (SELECT count(*) FROM o) AS locked" : ")", token,
             has_label ? ", holder_label = EXCLUDED.holder_label" : "",
             has_ttl ? ", lease_ttl_ms = EXCLUDED.lease_ttl_ms" : "", token_set,
-            history ? ", l.lease_until" : "", clock ? ", " CLOCK_US " AS clock_us" : "");
+            fast ? "l.owner_id IS NULL OR (" RETRY ")"
+                 : "l.lease_until <= clock_timestamp() OR l.owner_id = EXCLUDED.owner_id",
+            after_o ? ", l.lease_until" : "", clock ? ", " CLOCK_US " AS clock_us" : "");
     free(first);
     free(next);
     free(token);
@@ -728,7 +753,7 @@ static char *lease_upsert(const pg_store *s, int has_label, int has_ttl, int his
 /* Acquire without a history: the upsert alone. */
 static char *sql_acquire(const pg_store *s, int has_label, int has_ttl)
 {
-    return lease_upsert(s, has_label, has_ttl, 0);
+    return lease_upsert(s, has_label, has_ttl, 0, 0);
 }
 
 /*
@@ -784,7 +809,7 @@ static char *sql_acquire(const pg_store *s, int has_label, int has_ttl)
 static char *sql_acquire_history(const pg_store *s, int has_label, int has_ttl)
 {
     const char *lease_table = s->lease_table, *history_table = s->history_table;
-    char *upsert = lease_upsert(s, has_label, has_ttl, 1), *sql;
+    char *upsert = lease_upsert(s, has_label, has_ttl, 1, 0), *sql;
 
     if (upsert == NULL)
         return NULL;
@@ -824,6 +849,103 @@ static char *sql_acquire_history(const pg_store *s, int has_label, int has_ttl)
         history_table,
         s->tokens == LEASE__TOKENS_CLOCK ? ", clock_us" : "");
     free(upsert);
+    return sql;
+}
+
+/*
+ * DEFERRED: a history written when grants end, not when they begin. It is
+ * used when the lease table has acquired_at besides holder_label,
+ * lease_ttl_ms and holder_token, as the tables this version makes have:
+ * the lease row then describes the grant it holds (holder_token is its
+ * token, acquired_at when it began), so a grant's entry is written once,
+ * by the statement that ends it, from that row:
+ *   release   inserts the entry, released (sql_release_deferred);
+ *   takeover  an acquire that finds the lease ran out unreleased inserts
+ *             that grant's entry, expired at its lease_until (sql_takeover);
+ *   lost      a refused renew inserts it lost, or marks the entry a
+ *             takeover wrote (sql_history_lost_deferred);
+ * and the history reads the entries with the row's grant
+ * (sql_history_deferred). An acquire + release cycle is then the reference
+ * upsert and the reference release with one INSERT, where the eager
+ * statements (sql_acquire_history) also lock the row ahead of the upsert,
+ * update an entry at release and probe the index three times: most of
+ * the cost of a cycle with a history, in CPU and WAL (docs/benchmarks.md).
+ * The common acquire (sql_acquire_fast) takes a key only when it is free
+ * (released, or never held) or the owner's own, when no entry needs
+ * writing; a key whose lease ran out unreleased is taken by sql_takeover,
+ * after sql_holder found no live holder: one round trip more, then only.
+ * Pruning is a statement of its own (sql_history_prune), after a release
+ * or takeover of every HISTORY_PRUNE_EVERY-th token.
+ * What it does not record: a grant of the library's released by SQL run
+ * by hand (the reference release leaves no owner in the row to write the
+ * entry with); and clients of versions before this one, which write an
+ * entry when a grant begins, leave out the library's grants they take
+ * over, so all the clients of such a table must be of this version.
+ */
+static char *sql_acquire_fast(const pg_store *s, int has_label, int has_ttl)
+{
+    return lease_upsert(s, has_label, has_ttl, 0, 1);
+}
+
+/* The row as it was, locked, for the statements that write the entry of
+ * the grant it holds (sql_takeover, sql_history_lost_deferred). */
+#define ROW_BEFORE(table)                                                      \
+    "o AS MATERIALIZED (SELECT fencing_token AS token, lease_until AS until, " \
+    "owner_id AS owner, holder_token AS htoken, holder_label AS label, "       \
+    "lease_ttl_ms AS ttl, acquired_at AS at FROM " table " "                   \
+    "WHERE resource_key = $1 FOR UPDATE)"
+
+/* The row describes its grant: one this version made (see DEFERRED). */
+#define DESCRIBED(t, tok, htok, ttl, at) \
+    "(" t "." htok " = " t "." tok " AND " t "." ttl " IS NOT NULL AND " t "." at " IS NOT NULL)"
+
+/* An entry inserted where there may be one of its token already: a
+ * leftover of a lease table made anew (tokens restarted, another owner)
+ * is overwritten; this grant's own keeps the end it has (lost, say),
+ * unless it has none, or one of `also` ("", or " OR h.ended = ..."). */
+static char *entry_conflict(const char *also)
+{
+    return pg_fmt(
+        "ON CONFLICT (resource_key, fencing_token) DO UPDATE SET "
+        "owner_id = EXCLUDED.owner_id, "
+        "holder_label = CASE WHEN h.owner_id = EXCLUDED.owner_id "
+        "THEN h.holder_label ELSE EXCLUDED.holder_label END, "
+        "lease_ttl_ms = CASE WHEN h.owner_id = EXCLUDED.owner_id "
+        "THEN h.lease_ttl_ms ELSE EXCLUDED.lease_ttl_ms END, "
+        "acquired_at = CASE WHEN h.owner_id = EXCLUDED.owner_id "
+        "THEN h.acquired_at ELSE EXCLUDED.acquired_at END, "
+        "ended = EXCLUDED.ended, ended_at = EXCLUDED.ended_at "
+        "WHERE h.owner_id <> EXCLUDED.owner_id OR h.ended IS NULL%s",
+        also);
+}
+
+#define ENTRY_COLUMNS \
+    "(resource_key, fencing_token, owner_id, holder_label, lease_ttl_ms, " \
+    "acquired_at, ended, ended_at)"
+
+/*
+ * A key whose lease ran out unreleased: the reference upsert after the row
+ * was read and locked (`o`, as in sql_acquire_history), and the entry of
+ * the grant it replaces, expired at its lease_until; only when the row
+ * described it and it did end here (a new token: not a retry, not busy).
+ */
+static char *sql_takeover(const pg_store *s, int has_label, int has_ttl)
+{
+    char *upsert = lease_upsert(s, has_label, has_ttl, 1, 0);
+    char *conflict = entry_conflict(""), *sql = NULL;
+
+    if (upsert && conflict)
+        sql = pg_fmt(
+            "WITH " ROW_BEFORE("%s") ", a AS (%s), "
+            "x AS (INSERT INTO %s AS h " ENTRY_COLUMNS " "
+            "SELECT $1, o.token, o.owner, o.label, o.ttl, o.at, 'expired', o.until "
+            "FROM o, a WHERE a.fencing_token <> o.token AND o.owner IS NOT NULL AND "
+            DESCRIBED("o", "token", "htoken", "ttl", "at") " %s) "
+            "SELECT fencing_token%s FROM a",
+            s->lease_table, upsert, s->history_table, conflict,
+            s->tokens == LEASE__TOKENS_CLOCK ? ", clock_us" : "");
+    free(upsert);
+    free(conflict);
     return sql;
 }
 
@@ -919,6 +1041,12 @@ static char *sql_renew_many_wait(const pg_store *s, int has_label, int has_ttl)
 #define WAIT_CLASS "1279607123" /* 0x4c454153, "LEAS" */
 #define WAIT_LOCK(fn, key) fn "(" WAIT_CLASS ", hashtext(" key "))"
 
+/* The end of a release statement: the notification (see below), from the
+ * released row `r`; %s: the test of waiting_until, if the table has it. */
+#define RELEASE_NOTIFY                                                          \
+    "SELECT CASE WHEN %sNOT " WAIT_LOCK("pg_try_advisory_xact_lock", "r.resource_key") \
+    " THEN pg_notify('" NOTIFY_CHANNEL "', r.resource_key) END FROM r"
+
 /* The reference release, and a notification for waiters in the same
  * round trip (sent on commit, so only for a release that happened), only
  * when a waiter announced itself: NOTIFY takes a database-wide lock at
@@ -944,9 +1072,7 @@ static char *sql_release(const pg_store *s, int has_label, int has_ttl)
         "WITH r AS (UPDATE %s SET owner_id = NULL, "
         "lease_until = '-infinity'::timestamptz%s%s "
         "WHERE resource_key = $1 AND owner_id = $2::uuid AND fencing_token = $3 "
-        "RETURNING resource_key%s)%s%s%s "
-        "SELECT CASE WHEN %sNOT " WAIT_LOCK("pg_try_advisory_xact_lock", "r.resource_key")
-        " THEN pg_notify('" NOTIFY_CHANNEL "', r.resource_key) END FROM r",
+        "RETURNING resource_key%s)%s%s%s " RELEASE_NOTIFY,
         s->lease_table, has_label ? ", holder_label = NULL" : "",
         has_ttl ? ", lease_ttl_ms = NULL" : "",
         s->has_wait ? ", waiting_until" : "",
@@ -956,6 +1082,53 @@ static char *sql_release(const pg_store *s, int has_label, int has_ttl)
                         "AND h.owner_id = $2::uuid "
                         "AND (h.ended IS NULL OR h.ended = 'expired'))" : "",
         s->has_wait ? "r.waiting_until > clock_timestamp() OR " : "");
+}
+
+/*
+ * The reference release, and the grant's entry, released, from what the
+ * row says of it (see DEFERRED): the row keeps its label and ttl, which
+ * only a held lease shows (label_col). A plain INSERT: one already there
+ * (the grant marked lost, or a leftover: see entry_conflict) fails the
+ * statement with a unique violation, and pg_release runs
+ * sql_release_again: the same with the conflict resolved, and the
+ * leftovers above the token deleted.
+ */
+static char *release_deferred(const pg_store *s, int again)
+{
+    char *conflict = again ? entry_conflict(" OR h.ended = 'expired'") : pg_fmt("%s", "");
+    char *sql = NULL;
+
+    if (conflict)
+        sql = pg_fmt(
+            "WITH r AS (UPDATE %s SET owner_id = NULL, "
+            "lease_until = '-infinity'::timestamptz "
+            "WHERE resource_key = $1 AND owner_id = $2::uuid AND fencing_token = $3 "
+            "RETURNING resource_key, fencing_token, holder_token, holder_label, "
+            "lease_ttl_ms, acquired_at%s), "
+            "h AS (INSERT INTO %s AS h " ENTRY_COLUMNS " "
+            "SELECT $1, r.fencing_token, $2::uuid, r.holder_label, r.lease_ttl_ms, "
+            "r.acquired_at, 'released', clock_timestamp() FROM r WHERE "
+            DESCRIBED("r", "fencing_token", "holder_token", "lease_ttl_ms", "acquired_at")
+            " %s)%s%s%s " RELEASE_NOTIFY,
+            s->lease_table, s->has_wait ? ", waiting_until" : "", s->history_table,
+            conflict, again ? ", d AS (DELETE FROM " : "", again ? s->history_table : "",
+            again ? " AS h USING r WHERE h.resource_key = $1 "
+                    "AND h.fencing_token > r.fencing_token)" : "",
+            s->has_wait ? "r.waiting_until > clock_timestamp() OR " : "");
+    free(conflict);
+    return sql;
+}
+
+static char *sql_release_deferred(const pg_store *s, int has_label, int has_ttl)
+{
+    (void)has_label;
+    (void)has_ttl;
+    return release_deferred(s, 0);
+}
+
+static char *sql_release_again(const pg_store *s)
+{
+    return release_deferred(s, 1);
 }
 
 /*
@@ -1065,24 +1238,82 @@ static char *sql_data_get(const pg_store *s)
  * The newest LEASE_HISTORY_KEEP at most: the older ones that batched
  * pruning (sql_acquire_history) has not deleted yet are not shown.
  */
+/* An entry's columns as lease_history wants them (pg_history_row), `h`
+ * the entry and `l` the key's lease row. */
+#define ENTRY_READ                                                             \
+    "h.fencing_token, h.owner_id::text, h.holder_label, "                      \
+    "h.lease_ttl_ms, " EPOCH_MS("h.acquired_at") ", "                          \
+    "CASE WHEN h.ended IS NOT NULL THEN h.ended "                              \
+    "WHEN l.fencing_token = h.fencing_token AND l.owner_id IS NULL "           \
+    "THEN 'released' "                                                         \
+    "WHEN l.fencing_token = h.fencing_token AND l.owner_id = h.owner_id "      \
+    "AND l.lease_until <= clock_timestamp() THEN 'expired' END, "              \
+    "CASE WHEN h.ended IS NOT NULL THEN " EPOCH_MS("h.ended_at") " "           \
+    "WHEN l.fencing_token = h.fencing_token AND l.owner_id = h.owner_id "      \
+    "AND l.lease_until <= clock_timestamp() THEN " EPOCH_MS("l.lease_until") " " \
+    "ELSE 0 END"
+
 static char *sql_history(const pg_store *s)
 {
     return pg_fmt(
-        "SELECT h.fencing_token, h.owner_id::text, h.holder_label, "
-        "h.lease_ttl_ms, " EPOCH_MS("h.acquired_at") ", "
-        "CASE WHEN h.ended IS NOT NULL THEN h.ended "
-        "WHEN l.fencing_token = h.fencing_token AND l.owner_id IS NULL "
-        "THEN 'released' "
-        "WHEN l.fencing_token = h.fencing_token AND l.owner_id = h.owner_id "
-        "AND l.lease_until <= clock_timestamp() THEN 'expired' END, "
-        "CASE WHEN h.ended IS NOT NULL THEN " EPOCH_MS("h.ended_at") " "
-        "WHEN l.fencing_token = h.fencing_token AND l.owner_id = h.owner_id "
-        "AND l.lease_until <= clock_timestamp() THEN " EPOCH_MS("l.lease_until") " "
-        "ELSE 0 END "
+        "SELECT " ENTRY_READ " "
         "FROM %s h LEFT JOIN %s l ON l.resource_key = h.resource_key "
         "WHERE h.resource_key = $1 ORDER BY h.fencing_token DESC "
         "LIMIT least($2, %d)",
         s->history_table, s->lease_table, LEASE_HISTORY_KEEP);
+}
+
+/*
+ * The same with a deferred history (see DEFERRED): the entries, and the
+ * grant the row describes while it has no entry (held, or expired when
+ * its lease ran out). While the row holds a grant, the only entry of its
+ * token is the grant's own, marked lost (or unended, by an older
+ * version); any other entry of that token or above is a leftover of a
+ * lease table made anew, not shown (sql_history_prune and
+ * sql_release_again delete or overwrite them).
+ */
+#define OWN_ENTRY(h, l) \
+    h ".owner_id = " l ".owner_id AND (" h ".ended IS NULL OR " h ".ended = 'lost')"
+
+static char *sql_history_deferred(const pg_store *s)
+{
+    return pg_fmt(
+        "SELECT * FROM (SELECT " ENTRY_READ " "
+        "FROM %s h LEFT JOIN %s l ON l.resource_key = h.resource_key "
+        "WHERE h.resource_key = $1 AND (l.fencing_token IS NULL "
+        "OR h.fencing_token < l.fencing_token OR (h.fencing_token = l.fencing_token "
+        "AND (l.owner_id IS NULL OR (" OWN_ENTRY("h", "l") ")))) "
+        "UNION ALL SELECT l.fencing_token, l.owner_id::text, l.holder_label, "
+        "l.lease_ttl_ms, " EPOCH_MS("l.acquired_at") ", "
+        "CASE WHEN l.lease_until <= clock_timestamp() THEN 'expired' END, "
+        "CASE WHEN l.lease_until <= clock_timestamp() THEN " EPOCH_MS("l.lease_until")
+        " ELSE 0 END "
+        "FROM %s l WHERE l.resource_key = $1 AND l.owner_id IS NOT NULL AND "
+        DESCRIBED("l", "fencing_token", "holder_token", "lease_ttl_ms", "acquired_at")
+        " AND NOT EXISTS (SELECT 1 FROM %s x WHERE x.resource_key = $1 "
+        "AND x.fencing_token = l.fencing_token AND " OWN_ENTRY("x", "l") ")) AS e "
+        "ORDER BY 1 DESC LIMIT least($2, %d)",
+        s->history_table, s->lease_table, s->lease_table, s->history_table,
+        LEASE_HISTORY_KEEP);
+}
+
+/*
+ * A deferred history's pruning: the key's entries below its newest
+ * LEASE_HISTORY_KEEP, and the leftovers above the row's token (none is
+ * live: an entry is written with a token the row has or had, in the same
+ * transaction, so a snapshot that shows an entry shows that row too).
+ * By rank, as in sql_acquire_history.
+ */
+static char *sql_history_prune(const pg_store *s)
+{
+    return pg_fmt(
+        "WITH l AS (SELECT fencing_token AS token FROM %s WHERE resource_key = $1), "
+        "k AS (SELECT min(x.token) AS token FROM (SELECT y.fencing_token AS token "
+        "FROM %s AS y, l WHERE y.resource_key = $1 AND y.fencing_token <= l.token "
+        "ORDER BY y.fencing_token DESC LIMIT %d) AS x) "
+        "DELETE FROM %s AS h USING l, k WHERE h.resource_key = $1 "
+        "AND (h.fencing_token < k.token OR h.fencing_token > l.token)",
+        s->lease_table, s->history_table, LEASE_HISTORY_KEEP, s->history_table);
 }
 
 /* The history's leftovers of a key (see sql_acquire_history): entries
@@ -1115,11 +1346,43 @@ static char *sql_history_lost(const pg_store *s)
 }
 
 /*
+ * The same with a deferred history: the entry a takeover wrote is marked
+ * lost, or else, while the row still holds the grant, the entry is
+ * written lost, dated by when its lease ran out (or now, if it had not).
+ * The row is locked first, so that a release or takeover of the grant
+ * (which lock it too) comes wholly before or after.
+ */
+static char *sql_history_lost_deferred(const pg_store *s)
+{
+    return pg_fmt(
+        "WITH " ROW_BEFORE("%s") ", "
+        "u AS (UPDATE %s AS h SET ended = 'lost', "
+        "ended_at = coalesce(h.ended_at, clock_timestamp()) "
+        "FROM (SELECT count(*) FROM o) AS locked "
+        "WHERE h.resource_key = $1 AND h.fencing_token = $3 "
+        "AND h.owner_id = $2::uuid AND h.ended IS DISTINCT FROM 'released' "
+        "RETURNING 1) "
+        "INSERT INTO %s AS h " ENTRY_COLUMNS " "
+        "SELECT $1, o.token, o.owner, o.label, o.ttl, o.at, 'lost', "
+        "CASE WHEN o.until <= clock_timestamp() THEN o.until ELSE clock_timestamp() END "
+        "FROM o WHERE o.token = $3 AND o.owner = $2::uuid AND "
+        DESCRIBED("o", "token", "htoken", "ttl", "at")
+        " AND NOT EXISTS (SELECT 1 FROM u) "
+        "ON CONFLICT (resource_key, fencing_token) DO UPDATE SET "
+        "owner_id = EXCLUDED.owner_id, holder_label = EXCLUDED.holder_label, "
+        "lease_ttl_ms = EXCLUDED.lease_ttl_ms, acquired_at = EXCLUDED.acquired_at, "
+        "ended = EXCLUDED.ended, ended_at = EXCLUDED.ended_at "
+        "WHERE h.owner_id <> EXCLUDED.owner_id",
+        s->lease_table, s->history_table, s->history_table);
+}
+
+/*
  * Every statement, by its builder: `cols` for those that depend on the
  * lease table's optional columns, `plain` for the others. Acquire has one
- * builder per case; the history's statements exist only with a history.
+ * builder per case; the history's statements exist only with a history,
+ * each kind of history (eager, or DEFERRED) with its own.
  */
-enum { ALWAYS, WITHOUT_HISTORY, WITH_HISTORY, WITH_WAITING, WITHOUT_WAITING };
+enum { ALWAYS, WITHOUT_HISTORY, EAGER, DEFERRED, NOT_DEFERRED, WITH_WAITING };
 
 static const struct {
     int st;
@@ -1128,12 +1391,16 @@ static const struct {
     char *(*plain)(const pg_store *s);
 } builders[] = {
     { ST_ACQUIRE, WITHOUT_HISTORY, .cols = sql_acquire },
-    { ST_ACQUIRE, WITH_HISTORY, .cols = sql_acquire_history },
+    { ST_ACQUIRE, EAGER, .cols = sql_acquire_history },
+    { ST_ACQUIRE, DEFERRED, .cols = sql_acquire_fast },
+    { ST_TAKEOVER, DEFERRED, .cols = sql_takeover },
     { ST_HOLDER, ALWAYS, .cols = sql_holder },
     { ST_RENEW, ALWAYS, .cols = sql_renew },
     { ST_RENEW_MANY, ALWAYS, .cols = sql_renew_many },
     { ST_RENEW_MANY_WAIT, ALWAYS, .cols = sql_renew_many_wait },
-    { ST_RELEASE, ALWAYS, .cols = sql_release },
+    { ST_RELEASE, NOT_DEFERRED, .cols = sql_release },
+    { ST_RELEASE, DEFERRED, .cols = sql_release_deferred },
+    { ST_RELEASE_AGAIN, DEFERRED, .plain = sql_release_again },
     { ST_INSPECT, ALWAYS, .cols = sql_inspect },
     { ST_LIST, ALWAYS, .cols = sql_list },
     { ST_FENCE_RAISE, ALWAYS, .plain = sql_fence_raise },
@@ -1144,24 +1411,45 @@ static const struct {
     { ST_ANNOUNCE, WITH_WAITING, .plain = sql_announce },
     { ST_WAIT_LOCK, ALWAYS, .plain = sql_wait_lock },
     { ST_WAIT_UNLOCK, ALWAYS, .plain = sql_wait_unlock },
-    { ST_HISTORY, WITH_HISTORY, .plain = sql_history },
-    { ST_HISTORY_LOST, WITH_HISTORY, .plain = sql_history_lost },
-    { ST_HISTORY_CLEAN, WITH_HISTORY, .plain = sql_history_clean },
+    { ST_HISTORY, EAGER, .plain = sql_history },
+    { ST_HISTORY, DEFERRED, .plain = sql_history_deferred },
+    { ST_HISTORY_LOST, EAGER, .plain = sql_history_lost },
+    { ST_HISTORY_LOST, DEFERRED, .plain = sql_history_lost_deferred },
+    { ST_HISTORY_CLEAN, EAGER, .plain = sql_history_clean },
+    { ST_HISTORY_PRUNE, DEFERRED, .plain = sql_history_prune },
 };
 
+static int wanted(const pg_store *s, int when)
+{
+    int history = s->history_why == NULL;
+
+    switch (when) {
+    case WITHOUT_HISTORY:
+        return !history;
+    case EAGER:
+        return history && !s->deferred;
+    case DEFERRED:
+        return s->deferred;
+    case NOT_DEFERRED:
+        return !s->deferred;
+    case WITH_WAITING:
+        return s->has_wait;
+    }
+    return 1;
+}
+
 /* The statements, from the quoted table names, the lease table's optional
- * columns and whether there is a history (setup_history said). */
+ * columns and whether there is a history (setup_history said). A deferred
+ * history needs every optional column but waiting_until. */
 static int build_sql(pg_store *s, int has_label, int has_ttl)
 {
-    int skip = s->history_why ? WITH_HISTORY : WITHOUT_HISTORY;
     size_t i;
 
+    s->deferred = s->history_why == NULL && has_label && has_ttl && s->has_acquired;
     for (i = 0; i < sizeof(builders) / sizeof(builders[0]); i++) {
         int st = builders[i].st;
 
-        if (builders[i].when == skip ||
-            (builders[i].when == WITH_WAITING && !s->has_wait) ||
-            (builders[i].when == WITHOUT_WAITING && s->has_wait))
+        if (!wanted(s, builders[i].when))
             continue;
         s->sql[st] = builders[i].cols ? builders[i].cols(s, has_label, has_ttl)
                                       : builders[i].plain(s);
@@ -1289,6 +1577,7 @@ static int setup_schema(pg_store *s, int *has_label, int *has_ttl, int64_t end)
     *has_label = PQgetvalue(res, 0, 0)[0] == 't';
     *has_ttl = PQgetvalue(res, 0, 1)[0] == 't';
     s->has_wait = PQnfields(res) > 2 && PQgetvalue(res, 0, 2)[0] == 't';
+    s->has_acquired = PQnfields(res) > 3 && PQgetvalue(res, 0, 3)[0] == 't';
     PQclear(res);
     return 0;
 }
@@ -1446,10 +1735,7 @@ static void pg_close(lease_store *base)
     int i;
 
     pg_drop(s);
-    if (s->conninfo) {
-        memset(s->conninfo, 0, strlen(s->conninfo)); /* may hold a password */
-        free(s->conninfo);
-    }
+    lease__free_secret(s->conninfo); /* may hold a password */
     free(s->lease_table);
     free(s->fence_table);
     free(s->data_table);
@@ -1917,29 +2203,67 @@ static int pg_granted(lease_grant *out, const pg_store *s, const lease_request *
 /* The acquire statement; once more, after deleting the history's
  * leftovers of the key, when the new grant's entry met one (a unique
  * violation: see sql_acquire_history). v: the key first. */
-static int acquire_exec(PGresult **res, pg_store *s, const char *const *v)
+static int acquire_exec(PGresult **res, pg_store *s, const char *const *v, int64_t end)
 {
     PGresult *clean;
-    int rc = exec_prepared(res, s, ST_ACQUIRE, v, NULL, NULL, "acquire");
+    int rc = exec_prepared_by(res, s, ST_ACQUIRE, v, NULL, NULL, "acquire", end);
 
     if (rc != LEASE_ESTORE || s->sql[ST_HISTORY_CLEAN] == NULL ||
         strcmp(s->state, "23505") != 0)
         return rc;
-    if ((rc = exec_prepared(&clean, s, ST_HISTORY_CLEAN, v, NULL, NULL,
-                            "acquire (history leftovers)")) < 0)
+    if ((rc = exec_prepared_by(&clean, s, ST_HISTORY_CLEAN, v, NULL, NULL,
+                               "acquire (history leftovers)", end)) < 0)
         return rc;
     PQclear(clean);
-    return exec_prepared(res, s, ST_ACQUIRE, v, NULL, NULL, "acquire");
+    return exec_prepared_by(res, s, ST_ACQUIRE, v, NULL, NULL, "acquire", end);
 }
 
+/* An acquire statement's answer (taken): 1 and *out for a grant, 0 for
+ * none (busy), or an error. */
+static int acquire_answer(lease_grant *out, pg_store *s, const lease_request *req,
+                          PGresult *res)
+{
+    int rc = pg_want(res, s->tokens == LEASE__TOKENS_CLOCK ? 2 : 1, 1, "acquire");
+
+    if (rc == 0 && PQntuples(res) == 1 && (rc = pg_granted(out, s, req, res)) == 0) {
+        /* A waiter that got the lease stops listening: an idle listener
+         * would pile notifications up on its socket. */
+        pg_unlisten(s);
+        rc = 1;
+    }
+    PQclear(res);
+    return rc;
+}
+
+/* A deferred history's pruning (sql_history_prune), after a statement
+ * that wrote the entry of `token`'s grant or of the one before it, for
+ * one token in HISTORY_PRUNE_EVERY (with clock tokens, on average). Best
+ * effort: what it leaves the next one deletes. v: the key first. */
+static void history_prune(pg_store *s, const char *const *v, uint64_t token, int64_t end)
+{
+    PGresult *res;
+
+    if (s->deferred && token % HISTORY_PRUNE_EVERY == 0 &&
+        exec_prepared_by(&res, s, ST_HISTORY_PRUNE, v, NULL, NULL, "prune history",
+                         end) == 0)
+        PQclear(res);
+}
+
+/*
+ * The acquire statement, then, when it granted nothing, who holds the
+ * lease (one more round trip, only on this path); with a deferred history,
+ * a lease that ran out unreleased, which the acquire statement leaves
+ * alone, is taken by sql_takeover then. The three within one bound.
+ */
 static int pg_acquire(lease_grant *out, lease_info *holder, lease_store *base,
                       const lease_request *req)
 {
     pg_store *s = (pg_store *)base;
     char ttl[48], ttl_ms[24], ek[ENC_SIZE], el[ENC_SIZE];
     const char *v[5];
+    int64_t end = call_end(s);
     PGresult *res;
-    int rc;
+    int rc, held;
 
     ttl_text(ttl, sizeof(ttl), req->ttl_ms);
     u64_text(ttl_ms, sizeof(ttl_ms), req->ttl_ms);
@@ -1948,34 +2272,30 @@ static int pg_acquire(lease_grant *out, lease_info *holder, lease_store *base,
     v[2] = ttl;
     v[3] = pg_enc(el, req->label);
     v[4] = ttl_ms;
-    if ((rc = acquire_exec(&res, s, v)) < 0)
-        return rc;
-    if ((rc = pg_want(res, s->tokens == LEASE__TOKENS_CLOCK ? 2 : 1, 1,
-                      "acquire")) < 0) {
-        PQclear(res);
-        return rc;
-    }
-    if (PQntuples(res) == 1) {
-        rc = pg_granted(out, s, req, res);
-        PQclear(res);
-        if (rc < 0)
-            return rc;
-        /* A waiter that got the lease stops listening: an idle listener
-         * would pile notifications up on its socket. */
-        pg_unlisten(s);
-        return 0;
-    }
-    PQclear(res);
-    /* Busy: one more round trip, only on this path, to say who holds it. */
-    if ((rc = exec_prepared(&res, s, ST_HOLDER, v, NULL, NULL, "acquire")) < 0)
+    if ((rc = acquire_exec(&res, s, v, end)) < 0 ||
+        (rc = acquire_answer(out, s, req, res)) != 0)
+        return rc < 0 ? rc : 0;
+    if ((rc = exec_prepared_by(&res, s, ST_HOLDER, v, NULL, NULL, "acquire", end)) < 0)
         return rc;
     memset(holder, 0, sizeof(*holder));
     lease__strlcpy(holder->key, req->key, sizeof(holder->key));
+    held = PQntuples(res) > 0;
     rc = pg_holder(holder, res);
-    /* With no row the lease ended between the two statements: still
-     * busy for this attempt; the caller's next try will get it. */
     PQclear(res);
-    return rc < 0 ? rc : LEASE_EBUSY;
+    if (rc < 0)
+        return rc;
+    /* Without a deferred history, no row means the lease ended between
+     * the two statements: still busy for this attempt; the caller's next
+     * try will get it. */
+    if (held || !s->deferred)
+        return LEASE_EBUSY;
+    if ((rc = exec_prepared_by(&res, s, ST_TAKEOVER, v, NULL, NULL, "acquire", end)) < 0 ||
+        (rc = acquire_answer(out, s, req, res)) < 0)
+        return rc;
+    if (rc == 0)
+        return LEASE_EBUSY; /* taken by another in between */
+    history_prune(s, v, out->token, end);
+    return 0;
 }
 
 static int pg_renew(uint64_t *granted_ms, lease_store *base, const char *key,
@@ -2206,17 +2526,23 @@ static int pg_renew_many(int *results, uint64_t *granted_ms, lease_store *base,
     return rc;
 }
 
+/* With a deferred history, a unique violation of the entry (see
+ * release_deferred) is resolved by sql_release_again, within the bound. */
 static int pg_release(lease_store *base, const char *key, const char *owner,
                       uint64_t token)
 {
     pg_store *s = (pg_store *)base;
     char tok[24], ek[ENC_SIZE];
     const char *v[3] = { pg_enc(ek, key), owner, tok };
+    int64_t end = call_end(s);
     PGresult *res;
     int rc, n;
 
     u64_text(tok, sizeof(tok), token);
-    if ((rc = exec_prepared(&res, s, ST_RELEASE, v, NULL, NULL, "release")) < 0)
+    rc = exec_prepared_by(&res, s, ST_RELEASE, v, NULL, NULL, "release", end);
+    if (rc == LEASE_ESTORE && s->deferred && strcmp(s->state, "23505") == 0)
+        rc = exec_prepared_by(&res, s, ST_RELEASE_AGAIN, v, NULL, NULL, "release", end);
+    if (rc < 0)
         return rc;
     rc = pg_want(res, 1, 1, "release");
     n = PQntuples(res);
@@ -2225,6 +2551,7 @@ static int pg_release(lease_store *base, const char *key, const char *owner,
         return rc;
     if (n != 1)
         return lease__not_holder("release", key, token, NULL);
+    history_prune(s, v, token, end);
     return 0;
 }
 

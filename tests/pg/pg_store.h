@@ -27,9 +27,11 @@ void test_schema_table_names_from_url(void **state);
 void test_history_table_added_to_old_database(void **state);
 void test_history_without_rights(void **state);
 void test_history_refsql_sql_interleaved(void **state);
+void test_history_refsql_sql_interleaved_eager(void **state);
 void test_history_table_name_from_url(void **state);
 void test_history_pruned_in_batches(void **state);
 void test_history_tokens_restarted(void **state);
+void test_history_tokens_restarted_eager(void **state);
 
 /* pg_store_clock.c */
 void test_clock_tokens_follow_the_clock(void **state);

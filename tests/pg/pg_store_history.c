@@ -423,28 +423,54 @@ void test_history_without_rights(void **state)
     PQfinish(c);
 }
 
+/* hist_expect with `eager` or `deferred`, whichever history `s` keeps. */
+#define HIST_EXPECT(s, key, deferred, eager_want, deferred_want)                \
+    do {                                                                      \
+        if (deferred)                                                         \
+            hist_expect(s, key, deferred_want,                                \
+                        sizeof(deferred_want) / sizeof(deferred_want[0]));    \
+        else                                                                  \
+            hist_expect(s, key, eager_want,                                   \
+                        sizeof(eager_want) / sizeof(eager_want[0]));          \
+    } while (0)
+
+/* The rows of the history table for `key` are `eager` or `deferred`. */
+static void rows_expect(PGconn *c, const char *key, int deferred, const char *eager,
+                        const char *deferred_rows)
+{
+    char *v = history_rows(c, "lease_history", key);
+
+    assert_string_equal(v, deferred ? deferred_rows : eager);
+    free(v);
+}
+
 /*
- * Grants made by the reference SQL run by hand (which keeps no history) between
- * the library's: they are not in the history, and the library's entries
- * still end right. Each library grant ends the previous library entry:
- * released when the reference release UPDATE freed the key (time
- * unknown), expired when a raw grant came in between, expired at its
- * lease_until when nothing did. Tokens strictly decreasing, and held
- * only for the current lease, at every step.
+ * Grants made by the reference SQL run by hand (which keeps no history)
+ * between the library's, through `s` and the raw connection `c`, whose
+ * tables are the same. They are not in the history, and the library's
+ * entries still end right. With an eager history (a lease table without
+ * acquired_at: entries written when grants begin), each library grant
+ * ends the previous library entry: released when the reference release
+ * UPDATE freed the key (time unknown), expired when a raw grant came in
+ * between, expired at its lease_until when nothing did. With a deferred
+ * one (entries written when grants end, src/stores/pg.c DEFERRED), a
+ * library grant that the reference SQL released or took over is not in
+ * the history (the row no longer says whose it was), every other one is.
+ * Tokens strictly decreasing, and held only for the current lease, at
+ * every step.
  */
-void test_history_refsql_sql_interleaved(void **state)
+static void refsql_interleaved(lease_store *s, PGconn *c, int deferred)
 {
     char key[LEASE_KEY_MAX + 1], r1[LEASE_OWNER_BUFSZ], r2[LEASE_OWNER_BUFSZ];
     char r3[LEASE_OWNER_BUFSZ], a[LEASE_OWNER_BUFSZ], b[LEASE_OWNER_BUFSZ];
-    char cc[LEASE_OWNER_BUFSZ], d[LEASE_OWNER_BUFSZ], e[LEASE_OWNER_BUFSZ], *v;
+    char cc[LEASE_OWNER_BUFSZ], d[LEASE_OWNER_BUFSZ], e[LEASE_OWNER_BUFSZ];
+    lease_acquire_opts o;
     lease_grant ga, gb, gc, gd, ge;
     lease_history_entry *h;
     size_t n;
-    PGconn *c;
     const char *kv[1];
 
-    (void)state;
-    conf_key(key, "history/refsql");
+    conf_key(key, deferred ? "history/refsql-deferred" : "history/refsql-eager");
     conf_owner(r1);
     conf_owner(r2);
     conf_owner(r3);
@@ -453,35 +479,36 @@ void test_history_refsql_sql_interleaved(void **state)
     conf_owner(cc);
     conf_owner(d);
     conf_owner(e);
-    c = raw_connect(conf_url); /* default search_path: conf_store's tables */
     kv[0] = key;
 
     /* The reference SQL first: the row is its own (token 1), freed by its own
      * release; nothing in the history. */
     assert_true(refsql_acquire(c, key, r1, "30 seconds") == 1);
     assert_int_equal(refsql_rows(c, REFSQL_RELEASE, 3, key, r1, 1, NULL), 1);
-    hist_expect(conf_store, key, NULL, 0);
+    hist_expect(s, key, NULL, 0);
 
     /* The library: 2, released by the library. */
-    ga = conf_acquire(key, a, 30000, "A");
+    o = conf_opts(a, 30000, "A", 0);
+    CHECK_RC(0, lease_acquire(&ga, NULL, s, key, &o));
     ASSERT_U64_OP(ga.token, ==, 2);
     {
         const hist_want w[] = { { 2, a, LEASE_ENDED_HELD } };
-        hist_expect(conf_store, key, w, 1);
+        hist_expect(s, key, w, 1);
     }
     expect_unended_only(c, "lease_history", key, 2);
-    CHECK_RC(0, lease_release(conf_store, &ga));
+    CHECK_RC(0, lease_release(s, &ga));
 
     /* The reference SQL: 3, released by the reference SQL; not in the history. */
     assert_true(refsql_acquire(c, key, r2, "30 seconds") == 3);
     {
         const hist_want w[] = { { 2, a, LEASE_ENDED_RELEASED } };
-        hist_expect(conf_store, key, w, 1);
+        hist_expect(s, key, w, 1);
     }
     assert_int_equal(refsql_rows(c, REFSQL_RELEASE, 3, key, r2, 3, NULL), 1);
 
     /* The library: 4. The reference SQL is refused and renews it (no change). */
-    gb = conf_acquire(key, b, 30000, "B");
+    o = conf_opts(b, 30000, "B", 0);
+    CHECK_RC(0, lease_acquire(&gb, NULL, s, key, &o));
     ASSERT_U64_OP(gb.token, ==, 4);
     expect_unended_only(c, "lease_history", key, 4);
     assert_true(refsql_acquire(c, key, r3, "30 seconds") == 0);
@@ -489,62 +516,71 @@ void test_history_refsql_sql_interleaved(void **state)
     {
         const hist_want w[] = { { 4, b, LEASE_ENDED_HELD },
                                 { 2, a, LEASE_ENDED_RELEASED } };
-        hist_expect(conf_store, key, w, 2);
+        hist_expect(s, key, w, 2);
     }
     /* The reference release UPDATE ends the library's grant 4 (its holder
-     * using raw SQL): read as released at once ... */
+     * using raw SQL): read as released at once, or, deferred, gone. */
     assert_int_equal(refsql_rows(c, REFSQL_RELEASE, 3, key, b, 4, NULL), 1);
     {
         const hist_want w[] = { { 4, b, LEASE_ENDED_RELEASED },
                                 { 2, a, LEASE_ENDED_RELEASED } };
-        hist_expect(conf_store, key, w, 2);
+        const hist_want wd[] = { { 2, a, LEASE_ENDED_RELEASED } };
+        HIST_EXPECT(s, key, deferred, w, wd);
     }
 
     /* ... and recorded released by the library's next grant, 5. */
-    gc = conf_acquire(key, cc, 300, "C");
+    o = conf_opts(cc, 300, "C", 0);
+    CHECK_RC(0, lease_acquire(&gc, NULL, s, key, &o));
     ASSERT_U64_OP(gc.token, ==, 5);
     {
         const hist_want w[] = { { 5, cc, LEASE_ENDED_HELD },
                                 { 4, b, LEASE_ENDED_RELEASED },
                                 { 2, a, LEASE_ENDED_RELEASED } };
-        hist_expect(conf_store, key, w, 3);
+        const hist_want wd[] = { { 5, cc, LEASE_ENDED_HELD },
+                                 { 2, a, LEASE_ENDED_RELEASED } };
+        HIST_EXPECT(s, key, deferred, w, wd);
     }
     expect_unended_only(c, "lease_history", key, 5);
-    v = history_rows(c, "lease_history", key);
-    assert_string_equal(v, "2:released,4:released,5:held");
-    free(v);
+    rows_expect(c, key, deferred, "2:released,4:released,5:held", "2:released");
 
     /* 5 runs out; the reference SQL takes the key (6) with a short lease that
-     * runs out too. 5 reads expired (6 is not the library's). */
-    (void)conf_wait_free(key, gc.ttl_ms);
+     * runs out too. 5 reads expired (6 is not the library's), or, deferred,
+     * is gone with the row's record of it. */
+    (void)conf_wait_free_on(s, key, gc.ttl_ms);
     assert_true(refsql_acquire(c, key, r3, "300 milliseconds") == 6);
     {
         const hist_want w[] = { { 5, cc, LEASE_ENDED_EXPIRED },
                                 { 4, b, LEASE_ENDED_RELEASED },
                                 { 2, a, LEASE_ENDED_RELEASED } };
-        hist_expect(conf_store, key, w, 3);
+        const hist_want wd[] = { { 2, a, LEASE_ENDED_RELEASED } };
+        HIST_EXPECT(s, key, deferred, w, wd);
     }
-    (void)conf_wait_free(key, 300);
+    (void)conf_wait_free_on(s, key, 300);
 
-    /* The library's 7 records 5 expired, though 6 came in between. */
-    gd = conf_acquire(key, d, 300, "D");
+    /* The library's 7 records 5 expired, though 6 came in between (eager);
+     * deferred, it takes the raw grant's expired lease over and writes no
+     * entry for it. */
+    o = conf_opts(d, 300, "D", 0);
+    CHECK_RC(0, lease_acquire(&gd, NULL, s, key, &o));
     ASSERT_U64_OP(gd.token, ==, 7);
     {
         const hist_want w[] = { { 7, d, LEASE_ENDED_HELD },
                                 { 5, cc, LEASE_ENDED_EXPIRED },
                                 { 4, b, LEASE_ENDED_RELEASED },
                                 { 2, a, LEASE_ENDED_RELEASED } };
-        hist_expect(conf_store, key, w, 4);
+        const hist_want wd[] = { { 7, d, LEASE_ENDED_HELD },
+                                 { 2, a, LEASE_ENDED_RELEASED } };
+        HIST_EXPECT(s, key, deferred, w, wd);
     }
     expect_unended_only(c, "lease_history", key, 7);
-    v = history_rows(c, "lease_history", key);
-    assert_string_equal(v, "2:released,4:released,5:expired,7:held");
-    free(v);
+    rows_expect(c, key, deferred, "2:released,4:released,5:expired,7:held",
+                "2:released");
 
     /* 7 runs out with nothing in between: 8 records it expired at its
      * lease_until, which the store knows (acquired + ttl). */
-    (void)conf_wait_free(key, gd.ttl_ms);
-    ge = conf_acquire(key, e, 30000, "E");
+    (void)conf_wait_free_on(s, key, gd.ttl_ms);
+    o = conf_opts(e, 30000, "E", 0);
+    CHECK_RC(0, lease_acquire(&ge, NULL, s, key, &o));
     ASSERT_U64_OP(ge.token, ==, 8);
     {
         const hist_want w[] = { { 8, e, LEASE_ENDED_HELD },
@@ -552,10 +588,15 @@ void test_history_refsql_sql_interleaved(void **state)
                                 { 5, cc, LEASE_ENDED_EXPIRED },
                                 { 4, b, LEASE_ENDED_RELEASED },
                                 { 2, a, LEASE_ENDED_RELEASED } };
-        hist_expect(conf_store, key, w, 5);
+        const hist_want wd[] = { { 8, e, LEASE_ENDED_HELD },
+                                 { 7, d, LEASE_ENDED_EXPIRED },
+                                 { 2, a, LEASE_ENDED_RELEASED } };
+        HIST_EXPECT(s, key, deferred, w, wd);
     }
     expect_unended_only(c, "lease_history", key, 8);
-    CHECK_RC(0, lease_history(&h, &n, conf_store, key, 2));
+    rows_expect(c, key, deferred, "2:released,4:released,5:expired,7:expired,8:held",
+                "2:released,7:expired");
+    CHECK_RC(0, lease_history(&h, &n, s, key, 2));
     assert_int_equal(n, 2);
     ASSERT_U64_OP(h[1].token, ==, 7);
     ASSERT_U64_OP(h[1].ttl_ms, ==, gd.ttl_ms);
@@ -564,12 +605,43 @@ void test_history_refsql_sql_interleaved(void **state)
     lease_history_free(h);
 
     /* Released: nothing is left unended. */
-    CHECK_RC(0, lease_release(conf_store, &ge));
-    v = history_rows(c, "lease_history", key);
-    assert_string_equal(v, "2:released,4:released,5:expired,7:expired,8:released");
-    free(v);
+    CHECK_RC(0, lease_release(s, &ge));
+    rows_expect(c, key, deferred, "2:released,4:released,5:expired,7:expired,8:released",
+                "2:released,7:expired,8:released");
     assert_int_equal(raw_ll(c, "SELECT count(*) FROM lease_history "
                                "WHERE resource_key = $1 AND ended IS NULL", 1, kv), 0);
+}
+
+/* Deferred: the store's own tables (made with acquired_at). */
+void test_history_refsql_sql_interleaved(void **state)
+{
+    PGconn *c = raw_connect(conf_url); /* default search_path: conf_store's tables */
+
+    (void)state;
+    refsql_interleaved(conf_store, c, 1);
+    PQfinish(c);
+}
+
+/* Eager: the lease table of the version before the history, which has
+ * no acquired_at, in a schema of its own. */
+void test_history_refsql_sql_interleaved_eager(void **state)
+{
+    char schema[40], sql[160];
+    char *url = NULL;
+    lease_store *s;
+    PGconn *c = raw_connect(conf_url);
+
+    (void)state;
+    url = pre_history_schema(c, schema, sizeof(schema), "hre");
+    snprintf(sql, sizeof(sql), "SET search_path = %s", schema);
+    raw_ok(c, sql);
+    CHECK_RC(0, lease_store_open(&s, url));
+    refsql_interleaved(s, c, 0);
+    lease_store_close(s);
+    raw_ok(c, "RESET search_path");
+    snprintf(sql, sizeof(sql), "DROP SCHEMA %s CASCADE", schema);
+    raw_ok(c, sql);
+    free(url);
     PQfinish(c);
 }
 
@@ -627,8 +699,10 @@ void test_history_table_name_from_url(void **state)
                                 { 1, a, LEASE_ENDED_RELEASED } };
         hist_expect(s, key, w, 2);
     }
+    /* The held grant 2 has no entry yet: it is written when it ends (the
+     * store's own lease table has acquired_at: a deferred history). */
     v = history_rows(c, ht, key);
-    assert_string_equal(v, "1:released,2:held");
+    assert_string_equal(v, "1:released");
     free(v);
     snprintf(sql, sizeof(sql), "SELECT owner_id::text || ' ' || holder_label || ' ' "
              "|| lease_ttl_ms FROM %s WHERE resource_key = $1 AND fencing_token = 1",
@@ -640,11 +714,18 @@ void test_history_table_name_from_url(void **state)
         assert_string_equal(v, want);
     }
     free(v);
-    /* ... and not in the default table, which the default handle reads. */
+    /* ... and not in the default table, which the default handle reads:
+     * it shows the lease row's grant alone, which the two share. */
     assert_int_equal(raw_ll(c, "SELECT count(*) FROM lease_history "
                                "WHERE resource_key = $1", 1, kv), 0);
-    hist_expect(conf_store, key, NULL, 0);
+    {
+        const hist_want w[] = { { 2, b, LEASE_ENDED_HELD } };
+        hist_expect(conf_store, key, w, 1);
+    }
     CHECK_RC(0, lease_release(s, &g));
+    v = history_rows(c, ht, key);
+    assert_string_equal(v, "1:released,2:released");
+    free(v);
     lease_store_close(s);
 
     /* schema.table */
@@ -793,14 +874,18 @@ void test_history_pruned_in_batches(void **state)
 /*
  * A lease table dropped and made anew restarts its counter tokens while
  * its history keeps the old entries: the first new grant's token is one
- * of them. The grant still succeeds (the acquire's history insert is a
- * plain INSERT; on the unique violation the store deletes the key's
- * entries above the lease row's token and tries once more), and the
- * history then shows the new grants only, not the leftovers above them.
+ * of them. The grant still succeeds, and the history then shows the new
+ * grants only, not the leftovers above them. Eager (the table made anew
+ * without acquired_at): the acquire's history insert is a plain INSERT;
+ * on the unique violation the store deletes the key's entries above the
+ * lease row's token and tries once more. Deferred (made anew by the
+ * store): the held grant has no entry and the history does not show the
+ * leftovers above it; its release meets the leftover of its token, and
+ * runs again overwriting it and deleting those above.
  */
-void test_history_tokens_restarted(void **state)
+static void tokens_restarted(int deferred)
 {
-    char name[13], params[64], sql[256], ht[40], key[LEASE_KEY_MAX + 1];
+    char name[13], params[64], sql[512], ht[40], key[LEASE_KEY_MAX + 1];
     char owner[LEASE_OWNER_BUFSZ], *url, *v;
     lease_acquire_opts o;
     lease_store *s;
@@ -808,7 +893,6 @@ void test_history_tokens_restarted(void **state)
     PGconn *c;
     int i;
 
-    (void)state;
     pg_rand_name(name);
     conf_key(key, "history/restarted");
     conf_owner(owner);
@@ -826,14 +910,28 @@ void test_history_tokens_restarted(void **state)
     lease_store_close(s);
     snprintf(sql, sizeof(sql), "DROP TABLE tr_%s", name);
     raw_ok(c, sql);
+    if (!deferred) {
+        snprintf(sql, sizeof(sql), "CREATE TABLE tr_%s (resource_key text PRIMARY KEY, "
+                 "owner_id uuid, lease_until timestamptz NOT NULL DEFAULT "
+                 "'-infinity'::timestamptz, fencing_token bigint NOT NULL DEFAULT 0, "
+                 "holder_label text, lease_ttl_ms bigint, holder_token bigint)", name);
+        raw_ok(c, sql);
+    }
 
     CHECK_RC(0, lease_store_open(&s, url));
     CHECK_RC(0, lease_acquire(&g, NULL, s, key, &o));
     ASSERT_U64_OP(g.token, ==, 1);
+    {
+        const hist_want w[] = { { 1, owner, LEASE_ENDED_HELD } };
+        hist_expect(s, key, w, 1);
+    }
     v = history_rows(c, ht, key);
-    assert_string_equal(v, "1:held");
+    assert_string_equal(v, deferred ? "1:released,2:released,3:released" : "1:held");
     free(v);
     CHECK_RC(0, lease_release(s, &g));
+    v = history_rows(c, ht, key);
+    assert_string_equal(v, "1:released");
+    free(v);
     CHECK_RC(0, lease_acquire(&g, NULL, s, key, &o));
     ASSERT_U64_OP(g.token, ==, 2);
     CHECK_RC(0, lease_release(s, &g));
@@ -845,4 +943,16 @@ void test_history_tokens_restarted(void **state)
     snprintf(sql, sizeof(sql), "DROP TABLE tr_%s, %s", name, ht);
     raw_ok(c, sql);
     PQfinish(c);
+}
+
+void test_history_tokens_restarted(void **state)
+{
+    (void)state;
+    tokens_restarted(1);
+}
+
+void test_history_tokens_restarted_eager(void **state)
+{
+    (void)state;
+    tokens_restarted(0);
 }

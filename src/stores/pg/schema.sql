@@ -14,6 +14,11 @@
 -- (src/stores/pg.c, WAIT_CLASS), which releases of older versions do not
 -- look at:
 --   ALTER TABLE coordination_lease ADD COLUMN waiting_until timestamptz;
+-- acquired_at too: when the grant in holder_token began. With it (and the
+-- label and ttl) the grant history is written when a grant ends, not when
+-- it begins, which costs an acquire and release far less (src/stores/pg.c,
+-- DEFERRED; docs/stores.md says what to do before adding it by hand):
+--   ALTER TABLE coordination_lease ADD COLUMN acquired_at timestamptz;
 CREATE TABLE IF NOT EXISTS :lease_table (
     resource_key text PRIMARY KEY,
     owner_id uuid,
@@ -22,7 +27,8 @@ CREATE TABLE IF NOT EXISTS :lease_table (
     holder_label text,
     lease_ttl_ms bigint,
     holder_token bigint,
-    waiting_until timestamptz);
+    waiting_until timestamptz,
+    acquired_at timestamptz);
 CREATE TABLE IF NOT EXISTS :fence_table (
     resource text PRIMARY KEY,
     mark bigint NOT NULL CHECK (mark >= 0));

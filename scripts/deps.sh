@@ -11,6 +11,7 @@ packages=(
   libcmocka-dev python3 sqlite3 jq postgresql-15 redis-server redis-sentinel redis-tools etcd-server etcd-client prometheus curl openssl iproute2 coreutils util-linux man-db groff-base   # the tests
   debhelper dpkg-dev   # the Debian packages (tests/package)
   lua5.1   # luac5.1 -p checks the Redis scripts (Redis runs Lua 5.1)
+  python3-grpcio   # the gRPC fake etcd member of tests/etcd/etcd_hostile_grpc.sh
   python3-kubernetes   # a real client (CoordinationV1Api) checked against the Kubernetes test double, as kubectl is (below)
 )
 

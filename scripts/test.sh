@@ -3,8 +3,9 @@
 # each: with gcc, the default RelWithDebInfo build and Debug with
 # AddressSanitizer + UndefinedBehaviorSanitizer, each running the tests
 # through ctest (every test in the first; in the second all but five that
-# mostly wait on servers restarting or failing over and three that check the
-# Kubernetes double against real clients); the same two with clang,
+# mostly wait on servers restarting or failing over, three that check the
+# Kubernetes double against real clients and two that wait on renewal
+# rounds); the same two with clang,
 # compiled; an SQLite-only build running the tests that apply to it; then
 # the libFuzzer targets (clang), each run for LEASE_FUZZ_SECONDS (default
 # 20) through ctest, so that a regression in a parser is caught.
@@ -76,17 +77,22 @@ stage() { echo "== $* ($(date -u +%H:%M:%S))"; }
 stage "build: gcc, RelWithDebInfo (the default users build), then every test"
 build build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=gcc
 run_suite build
-stage "build: gcc, Debug + ASan + UBSan, then every test but eight"
+stage "build: gcc, Debug + ASan + UBSan, then every test but ten"
 build build-asan -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_COMPILER=gcc -DLEASE_SANITIZE=ON
 # Every test but the five that spend their minutes waiting on servers
 # (replication, restarts, quorum loss, a killed leader): their client code
 # paths are the ones the other tests run, and the gcc suite above ran them;
-# and the three that check the Kubernetes double against kubectl and
+# the three that check the Kubernetes double against kubectl and
 # python3-kubernetes (their C paths are kube_checks' and the conformance
-# suite's, run here).
+# suite's, run here); and session_kubernetes, a minute of renewal rounds
+# against the double (the session's code runs here on the four other
+# stores, the Kubernetes store's renew in conformance_ and keeper_kubernetes);
+# and session_etcd_json, the session's rounds again over etcd's gateway
+# (the session's code runs here in session_etcd, the gateway's answers in
+# conformance_ and keeper_etcd_json).
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   run_suite build-asan \
-  -E '^(redis_failover|redis_wait_replicas|redis_restart|etcd_quorum_loss|etcd_leader_kill|kube_double|kube_kubectl|kube_interop)$'
+  -E '^(redis_failover|redis_wait_replicas|redis_restart|etcd_quorum_loss|etcd_leader_kill|kube_double|kube_kubectl|kube_interop|session_kubernetes|session_etcd_json)$'
 # clang's warnings differ from gcc's: both configurations are compiled
 # with it, warnings as errors; the tests ran above.
 stage "build: clang, RelWithDebInfo (compiled only)"
@@ -105,5 +111,7 @@ run_suite build-min -LE package
 stage "fuzz targets (clang, libFuzzer + ASan + UBSan, ${LEASE_FUZZ_SECONDS:-20} s each)"
 build build-fuzz -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=Debug -DLEASE_FUZZ=ON \
   -DLEASE_FUZZ_SECONDS="${LEASE_FUZZ_SECONDS:-20}"
-run_suite build-fuzz
+# Two at a time: each target is one process with its fakes in it, on ports
+# of its own; they share nothing but the two cores.
+run_suite build-fuzz -j2
 stage "all passed"

@@ -268,9 +268,14 @@ static int call_begin(lease_session *s)
     return rc;
 }
 
+/* Counted as waiting, as lock_caller is, so that the thread lets it in
+ * between batches (let_callers_in) rather than after its whole round: a
+ * caller that ended its store call must not wait a round to say so. */
 static void call_end(lease_session *s)
 {
+    atomic_fetch_add(&s->waiting, 1);
     pthread_mutex_lock(&s->mu);
+    atomic_fetch_sub(&s->waiting, 1);
     if (--s->inflight == 0)
         pthread_cond_broadcast(&s->calls_cv);
     pthread_mutex_unlock(&s->mu);

@@ -1,5 +1,6 @@
 /*
- * stores/etcd.c - etcd v3, through its JSON gateway (libcurl + jansson).
+ * stores/etcd.c - etcd v3, over gRPC (libcurl's HTTP/2, messages by
+ * etcd_pb.c) or through its JSON gateway (libcurl + jansson).
  *
  * URL: etcd://[user[:password]@]host:port[,host:port...][/prefix]
  *   (etcds:// for TLS)
@@ -8,6 +9,10 @@
  *   may read (chmod 600), so that it stays out of argv; one trailing
  *   newline is not part of it
  *   the prefix defaults to /lease/
+ *   transport=grpc (the default): every call but the watch over gRPC,
+ *   built as the gateway's JSON and transcoded at the edge (etcd_pb.h), so
+ *   the rest of this file is one for both; transport=json: every call to
+ *   the gateway
  *   Proxies from the environment (http_proxy ...) are never used.
  *
  * With a user, the store authenticates (/v3/auth/authenticate) at open and
@@ -107,6 +112,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 #include <sys/random.h>
 #include <sys/socket.h>
@@ -115,6 +121,8 @@
 #include <curl/curl.h>
 #include <jansson.h>
 
+#include "etcd_pb.h"
+#include "store_http.h"
 #include "store_int.h"
 
 #define MAX_ENDPOINTS 16
@@ -150,6 +158,10 @@ typedef struct {
     char *endpoints[MAX_ENDPOINTS]; /* "http://host:port" */
     int nendpoints;
     int current;                    /* the endpoint that last answered */
+    int grpc;                       /* calls over gRPC (transport=grpc, the
+                                       default), but for the watch */
+    unsigned char h2[MAX_ENDPOINTS]; /* a gRPC call to member i just completed
+                                       over HTTP/2: its connection is cached */
     char *prefix;
     size_t prefix_len;
     char *cacert, *cert, *key;
@@ -199,69 +211,6 @@ typedef struct shared_rec {
 #define etcd_malformed(what, ...) \
     lease__seterr(LEASE_ESTORE, "etcd " what ": malformed answer: " __VA_ARGS__)
 
-/* ---- base64 (etcd's JSON carries keys and values as base64) ------------ */
-
-static const char b64[] =
-    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-
-static char *etcd_b64_encode(const void *data, size_t n)
-{
-    const unsigned char *p = data;
-    char *out = malloc(4 * ((n + 2) / 3) + 1), *o = out;
-    size_t i;
-
-    if (out == NULL)
-        return NULL;
-    for (i = 0; i + 2 < n; i += 3) {
-        *o++ = b64[p[i] >> 2];
-        *o++ = b64[((p[i] & 3) << 4) | (p[i + 1] >> 4)];
-        *o++ = b64[((p[i + 1] & 15) << 2) | (p[i + 2] >> 6)];
-        *o++ = b64[p[i + 2] & 63];
-    }
-    if (i < n) {
-        *o++ = b64[p[i] >> 2];
-        if (i + 1 < n) {
-            *o++ = b64[((p[i] & 3) << 4) | (p[i + 1] >> 4)];
-            *o++ = b64[(p[i + 1] & 15) << 2];
-        } else {
-            *o++ = b64[(p[i] & 3) << 4];
-            *o++ = '=';
-        }
-        *o++ = '=';
-    }
-    *o = '\0';
-    return out;
-}
-
-/* Decode into a NUL-terminated buffer; NULL on bad input. */
-static char *etcd_b64_decode(const char *in, size_t *len)
-{
-    size_t n = strlen(in), o = 0;
-    char *out = malloc(n / 4 * 3 + 4);
-    unsigned v = 0;
-    int bits = 0;
-
-    if (out == NULL)
-        return NULL;
-    for (; *in && *in != '='; in++) {
-        const char *c = strchr(b64, *in);
-        if (c == NULL || *in == '\0') {
-            free(out);
-            return NULL;
-        }
-        v = (v << 6) | (unsigned)(c - b64);
-        bits += 6;
-        if (bits >= 8) {
-            bits -= 8;
-            out[o++] = (char)((v >> bits) & 0xff);
-        }
-    }
-    out[o] = '\0';
-    if (len)
-        *len = o;
-    return out;
-}
-
 /* ---- requests --------------------------------------------------------- */
 
 /*
@@ -288,6 +237,16 @@ typedef struct {
     void *arg;
     int stop;
     size_t scanned;
+    /* A gRPC call's answer: grpc-status (in the headers or the trailers)
+     * and grpc-message, as etcd sent them. */
+    int grpc;
+    int has_status;
+    long grpc_status;
+    char *grpc_msg;                 /* percent-decoded: any byte */
+    size_t grpc_msg_len;
+    /* etcd answered with an error: an HTTP status other than 200, or a
+     * gRPC status other than OK (etcd_answer). */
+    int refused;
 } body;
 
 /* Read the complete lines of a watch stream; 1 to stop the transfer. */
@@ -296,8 +255,10 @@ static int etcd_stream_lines(body *b)
     char *nl;
 
     while ((nl = memchr(b->data + b->scanned, '\n', b->len - b->scanned))) {
-        json_t *msg = json_loadb(b->data + b->scanned,
-                                 (size_t)(nl - b->data - b->scanned), 0, NULL);
+        char err[160];
+        json_t *msg = lease__etcd_json_load(b->data + b->scanned,
+                                            (size_t)(nl - b->data - b->scanned),
+                                            LEASE__ETCD_HOLD_ANY, err, sizeof(err));
         b->scanned = (size_t)(nl - b->data) + 1;
         if (msg) {
             int stop = b->on_message(msg, b->arg);
@@ -343,6 +304,57 @@ static size_t etcd_on_data(char *ptr, size_t size, size_t nmemb, void *userdata)
     b->data[b->len] = '\0';
     if (b->on_message && etcd_stream_lines(b))
         return 0; /* abort the transfer */
+    return n;
+}
+
+/* The largest grpc-message kept: all of it is checked for credentials
+ * before it is cut for a message (etcd_answer); a longer one is withheld. */
+#define GRPC_MESSAGE_MAX 8192
+
+/* A gRPC call's headers and trailers (libcurl gives both here): its
+ * grpc-status and grpc-message. A status that is not all digits is
+ * taken as no status at all (a malformed answer). */
+/* The value of header line `line` (n bytes) when it is header `name`
+ * (its length `nlen`, with the colon): *v and its length, without the
+ * spaces around it and the line's end. */
+static int etcd_header_is(const char **v, size_t *k, const char *line, size_t n,
+                          const char *name, size_t nlen)
+{
+    if (n < nlen || strncasecmp(line, name, nlen) != 0)
+        return 0;
+    *v = line + nlen;
+    *k = n - nlen;
+    while (*k > 0 && (**v == ' ' || **v == '\t'))
+        (*v)++, (*k)--;
+    while (*k > 0 && ((*v)[*k - 1] == '\r' || (*v)[*k - 1] == '\n' || (*v)[*k - 1] == ' '))
+        (*k)--;
+    return 1;
+}
+
+static size_t etcd_on_header(char *ptr, size_t size, size_t nmemb, void *userdata)
+{
+    body *b = userdata;
+    size_t n = size * nmemb, k;
+    const char *v;
+
+    if (etcd_header_is(&v, &k, ptr, n, "grpc-status:", 12)) {
+        size_t i;
+
+        /* Read within the k bytes (libcurl's line has no NUL), 4 digits at most. */
+        b->grpc_status = 0;
+        for (i = 0; i < k && i < 5 && v[i] >= '0' && v[i] <= '9'; i++)
+            b->grpc_status = b->grpc_status * 10 + (v[i] - '0');
+        b->has_status = k > 0 && k <= 4 && i == k;
+        if (!b->has_status)
+            b->grpc_status = -1;
+    } else if (etcd_header_is(&v, &k, ptr, n, "grpc-message:", 13)) {
+        free(b->grpc_msg);
+        b->grpc_msg = NULL;
+        if (k <= GRPC_MESSAGE_MAX)
+            b->grpc_msg = lease__etcd_pb_message(v, k, &b->grpc_msg_len);
+        else if ((b->grpc_msg = strdup("(longer than 8 KiB: withheld)")) != NULL)
+            b->grpc_msg_len = strlen(b->grpc_msg);
+    }
     return n;
 }
 
@@ -411,11 +423,33 @@ static CURLM *etcd_multi_new(void)
     return m;
 }
 
+/*
+ * How long to wait for the sockets. Over HTTP/2, libcurl 7.88 may read an
+ * answer's frames into its own buffer and hand on only part of them: the
+ * rest waits for the next curl_multi_perform, which no socket event will
+ * bring, so every answer larger than a read (a LeaseTimeToLive with a
+ * session's keys) took the whole wait, 100 ms. Once an answer has begun
+ * (its status line is in), the wait is 1 ms; before, 100 ms, so that a
+ * request that waits on etcd costs no CPU.
+ */
+static long etcd_poll_ms(CURL *const *h, int n, int grpc)
+{
+    long code = 0;
+    int i;
+
+    /* Not for the watch (the gateway's, HTTP/1.1), whose answer begins at
+     * once and then waits, maybe for long. */
+    for (i = 0; grpc && i < n; i++)
+        if (curl_easy_getinfo(h[i], CURLINFO_RESPONSE_CODE, &code) == CURLE_OK && code != 0)
+            return 1;
+    return 100;
+}
+
 /* curl_easy_perform of the n (1 or 2) easy handles h at once, on the
  * store's own multi handle; res[i] is h[i]'s result. curl ends a transfer
  * at its CURLOPT_TIMEOUT_MS; `hard_end` only guards this loop. */
 static void etcd_multi_run(etcd_store *s, CURL *const *h, CURLcode *res, int n,
-                           int64_t hard_end)
+                           int64_t hard_end, int grpc)
 {
     int running = 1, done = 0, added = 0, left, i;
 
@@ -434,7 +468,8 @@ static void etcd_multi_run(etcd_store *s, CURL *const *h, CURLcode *res, int n,
                     done++;
                 }
         if (mc != CURLM_OK ||
-            (done < n && curl_multi_poll(s->multi, NULL, 0, 100, NULL) != CURLM_OK)) {
+            (done < n && curl_multi_poll(s->multi, NULL, 0, etcd_poll_ms(h, n, grpc), NULL) !=
+                             CURLM_OK)) {
             for (i = 0; i < n; i++)
                 res[i] = CURLE_FAILED_INIT;
             break;
@@ -444,11 +479,11 @@ static void etcd_multi_run(etcd_store *s, CURL *const *h, CURLcode *res, int n,
         curl_multi_remove_handle(s->multi, h[i]);
 }
 
-static CURLcode etcd_multi_perform(etcd_store *s, int64_t hard_end)
+static CURLcode etcd_multi_perform(etcd_store *s, int64_t hard_end, int grpc)
 {
     CURLcode result;
 
-    etcd_multi_run(s, &s->curl, &result, 1, hard_end);
+    etcd_multi_run(s, &s->curl, &result, 1, hard_end, grpc);
     return result;
 }
 
@@ -460,17 +495,84 @@ static int etcd_not_sent(CURLcode c)
            c == CURLE_SSL_CONNECT_ERROR;
 }
 
-/* The options of one request; curl_easy_reset() clears them all. */
-static void etcd_setopts(etcd_store *s, CURL *c, const char *url, struct curl_slist *hdr,
-                         const char *payload, body *b, int64_t left_ms,
-                         int64_t connect_ms)
+/*
+ * The HTTP version of a gRPC call to member idx. Without TLS, HTTP/2 from
+ * the first byte on a new connection (etcd tells gRPC from its gateway by
+ * the preface and content-type): "prior knowledge". But libcurl 7.88
+ * (Debian 12's) fails every call that reuses a prior-knowledge connection
+ * ("Error in the HTTP2 framing layer": curl's fix came after 7.88.1), so a
+ * call on a connection known to be there (s->h2) asks for HTTP/2 "over TLS"
+ * instead, which reuses the cached HTTP/2 connection as it is; if that is
+ * gone (etcd closed it), libcurl opens an HTTP/1.1 one, and the call meets
+ * the gateway, which answers 404 and applies nothing: etcd_perform then
+ * sends it again the first way (etcd_grpc_again). With TLS, ALPN chooses
+ * HTTP/2 and every call asks the same.
+ */
+static int etcd_tls(const etcd_store *s, int idx)
+{
+    return strncmp(s->endpoints[idx], "https:", 6) == 0;
+}
+
+static void etcd_h2_version(etcd_store *s, CURL *c, int idx)
+{
+    if (etcd_tls(s, idx) || s->h2[idx]) {
+        curl_easy_setopt(c, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_2TLS);
+        return;
+    }
+    curl_easy_setopt(c, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_2_PRIOR_KNOWLEDGE);
+    curl_easy_setopt(c, CURLOPT_FRESH_CONNECT, 1L);
+}
+
+/* A gRPC call to member idx completed (cc) on easy handle c with answer
+ * b: was it over HTTP/2 (its connection is cached for the next), or did it
+ * reach the gateway over HTTP/1.1 (not applied: send it again,
+ * etcd_h2_version)? */
+static int etcd_grpc_again(etcd_store *s, CURL *c, CURLcode cc, const body *b, int idx)
+{
+    long version = 0, status = 0;
+    int i;
+
+    curl_easy_getinfo(c, CURLINFO_HTTP_VERSION, &version);
+    curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
+    s->h2[idx] = cc == CURLE_OK && version == CURL_HTTP_VERSION_2_0;
+    /* One connection is cached (CURLMOPT_MAXCONNECTS): the others' are
+     * gone. */
+    for (i = 0; s->h2[idx] && i < s->nendpoints; i++)
+        if (i != idx)
+            s->h2[i] = 0;
+    /* Only the gateway's 404 (no such path) says nothing was applied:
+     * anything else that answered HTTP/1.1 is left to etcd_answer. */
+    return cc == CURLE_OK && version != CURL_HTTP_VERSION_2_0 && status == 404 &&
+           !b->has_status && !etcd_tls(s, idx);
+}
+
+/* The options of one request to member idx (its payload of `len` bytes);
+ * a request over gRPC when b->grpc. curl_easy_reset() clears them all. */
+static void etcd_setopts(etcd_store *s, CURL *c, int idx, const char *url,
+                         struct curl_slist *hdr, const void *payload, size_t len, body *b,
+                         int64_t left_ms, int64_t connect_ms)
 {
     curl_easy_reset(c);
     curl_easy_setopt(c, CURLOPT_URL, url);
     curl_easy_setopt(c, CURLOPT_HTTPHEADER, hdr);
     curl_easy_setopt(c, CURLOPT_POSTFIELDS, payload);
+    curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)len);
     curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, etcd_on_data);
     curl_easy_setopt(c, CURLOPT_WRITEDATA, b);
+    if (b->grpc) {
+        /* The two requests of etcd_pair share the connection rather than
+         * open a second one. */
+        etcd_h2_version(s, c, idx);
+        curl_easy_setopt(c, CURLOPT_PIPEWAIT, 1L);
+        curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, etcd_on_header);
+        curl_easy_setopt(c, CURLOPT_HEADERDATA, b);
+    } else if (s->grpc) {
+        /* The watch, the one call left on the gateway (HTTP/1.1): on a
+         * connection of its own, closed after, so that no HTTP/1.1
+         * connection waits in the cache for a gRPC call to find. */
+        curl_easy_setopt(c, CURLOPT_FRESH_CONNECT, 1L);
+        curl_easy_setopt(c, CURLOPT_FORBID_REUSE, 1L);
+    }
     curl_easy_setopt(c, CURLOPT_OPENSOCKETFUNCTION, etcd_open_socket);
     /* The whole request, connect included, within what is left of the
      * call's own deadline. */
@@ -492,20 +594,28 @@ static void etcd_setopts(etcd_store *s, CURL *c, const char *url, struct curl_sl
         curl_easy_setopt(c, CURLOPT_SSLKEY, s->key);
 }
 
-/* The headers of a request to `path` (NULL when out of memory). */
-static struct curl_slist *etcd_headers(const etcd_store *s, const char *path)
+/* The headers of a request to `path` (NULL when out of memory), over gRPC
+ * or to the gateway. etcd reads the token from the "authorization"
+ * metadata of a gRPC call as from the gateway's header. */
+static struct curl_slist *etcd_headers(const etcd_store *s, const char *path, int grpc)
 {
-    struct curl_slist *hdr = curl_slist_append(NULL, "Content-Type: application/json");
+    struct curl_slist *hdr = curl_slist_append(NULL, grpc ? "Content-Type: application/grpc"
+                                                          : "Content-Type: application/json");
     char *auth = NULL;
+
+    if (hdr && grpc && curl_slist_append(hdr, "TE: trailers") == NULL) {
+        curl_slist_free_all(hdr);
+        return NULL;
+    }
 
     if (hdr && s->token && strcmp(path, "/v3/auth/authenticate") != 0) {
         struct curl_slist *h = NULL;
 
-        if (asprintf(&auth, "Authorization: %s", s->token) >= 0)
+        if ((auth = lease__http_auth_header("", s->token)) != NULL)
             h = curl_slist_append(hdr, auth);
-        free(auth);
+        lease__free_secret(auth);
         if (h == NULL) {
-            curl_slist_free_all(hdr);
+            lease__http_headers_free(hdr);
             hdr = NULL;
         }
     }
@@ -520,9 +630,17 @@ static struct curl_slist *etcd_headers(const etcd_store *s, const char *path)
 static int etcd_sent(CURL *c, CURLcode cc)
 {
     long request_size = 0;
+    curl_off_t uploaded = 0;
 
+    /* Over HTTP/2 the body's bytes count, the headers' may not. */
     curl_easy_getinfo(c, CURLINFO_REQUEST_SIZE, &request_size);
-    return !etcd_not_sent(cc) && (cc != CURLE_OPERATION_TIMEDOUT || request_size > 0);
+    curl_easy_getinfo(c, CURLINFO_SIZE_UPLOAD_T, &uploaded);
+    /* Bytes that went out count whatever the error: libcurl may have sent
+     * the request on a reused connection that died, then failed to connect
+     * again for its own retry. */
+    if (request_size > 0 || uploaded > 0)
+        return 1;
+    return !etcd_not_sent(cc) && cc != CURLE_OPERATION_TIMEDOUT;
 }
 
 static void etcd_body_reset(body *b)
@@ -532,24 +650,85 @@ static void etcd_body_reset(body *b)
     b->too_large = 0;
 }
 
+/* A request's body: the gateway's JSON, or its gRPC message (binary). */
+typedef struct {
+    char *data;
+    size_t len;
+    int grpc;
+} req_body;
+
+/* The body of `req` (not taken) to `path`: over gRPC for every call
+ * etcd_pb knows when s->grpc, else the gateway's JSON. */
+static int etcd_payload(req_body *p, const etcd_store *s, const char *path, json_t *req)
+{
+    char err[160];
+    unsigned char *bin;
+
+    memset(p, 0, sizeof(*p));
+    if (req == NULL)
+        return lease__seterr(LEASE_ENOMEM, "out of memory");
+    if (!s->grpc || lease__etcd_pb_method(path) == NULL) {
+        p->data = json_dumps(req, JSON_COMPACT);
+        p->len = p->data ? strlen(p->data) : 0;
+        return p->data ? 0 : lease__seterr(LEASE_ENOMEM, "out of memory");
+    }
+    if (lease__etcd_pb_request(&bin, &p->len, path, req, err, sizeof(err)) < 0)
+        return lease__seterr(strcmp(err, "out of memory") == 0 ? LEASE_ENOMEM : LEASE_ESTORE,
+                             "etcd %s: the request cannot be encoded: %s", path, err);
+    p->data = (char *)bin;
+    p->grpc = 1;
+    return 0;
+}
+
+/* Forget an answer's gRPC status (a body read again). */
+static void etcd_body_grpc_reset(body *b, int grpc)
+{
+    b->grpc = grpc;
+    b->has_status = 0;
+    b->grpc_status = -1;
+    free(b->grpc_msg);
+    b->grpc_msg = NULL;
+    b->refused = 0;
+}
+
+/* The URL of `path` on member idx: the gRPC method's for a gRPC body. */
+static void etcd_url(char *url, size_t size, const etcd_store *s, int idx, const char *path,
+                     int grpc)
+{
+    snprintf(url, size, "%s%s", s->endpoints[idx],
+             grpc ? lease__etcd_pb_method(path) : path);
+}
+
 /* One request to member idx; *sent tells whether any of it may have
  * reached the member (then it may have been applied). */
 static CURLcode etcd_perform(int *sent, etcd_store *s, int idx, const char *path,
-                             const char *payload, body *b, int64_t left_ms,
+                             const req_body *pl, body *b, int64_t left_ms,
                              int tries_left)
 {
     char url[512];
-    struct curl_slist *hdr = etcd_headers(s, path);
-    CURLcode cc;
+    struct curl_slist *hdr = etcd_headers(s, path, pl->grpc);
+    int64_t end = lease_clock_ns() + (left_ms + 2000) * 1000000;
+    CURLcode cc = CURLE_OPERATION_TIMEDOUT;
+    int again;
 
     if (hdr == NULL)
         return CURLE_OUT_OF_MEMORY;
-    snprintf(url, sizeof(url), "%s%s", s->endpoints[idx], path);
-    /* Leave time for the other members when one does not connect. */
-    etcd_setopts(s, s->curl, url, hdr, payload, b, left_ms, left_ms / tries_left + 1);
-    etcd_body_reset(b);
-    cc = etcd_multi_perform(s, lease_clock_ns() + (left_ms + 2000) * 1000000);
-    curl_slist_free_all(hdr);
+    etcd_url(url, sizeof(url), s, idx, path, pl->grpc);
+    for (again = 0; again < 2; again++) {
+        etcd_body_reset(b);
+        etcd_body_grpc_reset(b, pl->grpc);
+        /* Leave time for the other members when one does not connect. */
+        etcd_setopts(s, s->curl, idx, url, hdr, pl->data, pl->len, b, left_ms,
+                     left_ms / tries_left + 1);
+        cc = etcd_multi_perform(s, end, pl->grpc);
+        if (!pl->grpc || !etcd_grpc_again(s, s->curl, cc, b, idx))
+            break;
+        if ((left_ms = (end - lease_clock_ns()) / 1000000 - 2000) <= 0) {
+            cc = CURLE_OPERATION_TIMEDOUT;
+            break;
+        }
+    }
+    lease__http_headers_free(hdr);
     *sent = etcd_sent(s->curl, cc);
     return cc;
 }
@@ -571,25 +750,95 @@ static int etcd_failed(etcd_store *s, CURLcode cc, int sent, int idx,
                              what, url, (long long)waited_ms, s->endpoints[idx]);
     /* curl_easy_strerror() is a fixed text per code: it never echoes the
      * URL (and etcd URLs carry no password). */
-    return lease__seterr(LEASE_ESTORE, "etcd %s on %s: %s%s", what, url,
+    return lease__seterr(LEASE_ESTORE, "etcd %s on %s: %s%s%s", what, url,
                          curl_easy_strerror(cc),
-                         sent ? " (the outcome is unknown)" : " (no member reachable)");
+                         sent ? " (the outcome is unknown)" : " (no member reachable)",
+                         b->grpc && (cc == CURLE_GOT_NOTHING || cc == CURLE_HTTP2 ||
+                                     cc == CURLE_HTTP2_STREAM ||
+                                     cc == CURLE_WEIRD_SERVER_REPLY)
+                             ? "; a server that does not speak gRPC answers so: is this "
+                               "etcd's client URL? (?transport=json uses its JSON gateway)"
+                             : "");
 }
 
 /* Type-check what etcd answered (see etcd_check_json, below). */
 static int etcd_check_answer(json_t *j, const char *what);
 
-/* The answer of a request of easy handle c that completed: HTTP status,
- * JSON, types. */
-static int etcd_answer(json_t **out, etcd_store *s, CURL *c, const body *b,
+/* etcd's message of a refusal (len bytes, any byte among them), for ours:
+ * cut short, since it is the server's text, not ours, and withheld when
+ * it repeats the password or the token (the whole of it is looked at, as
+ * sent, before it is cut or made printable). */
+static const char *etcd_their_message(const etcd_store *s, const char *msg, size_t len)
+{
+    if (msg && ((s->password && memmem(msg, len, s->password, strlen(s->password))) ||
+                (s->token && memmem(msg, len, s->token, strlen(s->token)))))
+        return "(etcd's message is withheld: it holds a credential)";
+    return msg;
+}
+
+/* What the answer in b may hold: one value whole for a data read (the one
+ * call given DATA_ANSWER_MAX), else anything (etcd_pb.h, HOLD_*). */
+static int etcd_hold(const body *b)
+{
+    return b->max == DATA_ANSWER_MAX ? LEASE__ETCD_HOLD_VALUE : LEASE__ETCD_HOLD_ANY;
+}
+
+/* The gRPC answer of a request to `path` that completed: an HTTP/2 200,
+ * then grpc-status 0 and one message (decoded to the gateway's JSON), or
+ * grpc-status and grpc-message of a refusal. */
+static int etcd_grpc_answer(json_t **out, etcd_store *s, long status, body *b,
+                            const char *path, const char *what)
+{
+    char err[160];
+    const char *msg = etcd_their_message(s, b->grpc_msg, b->grpc_msg_len);
+
+    if (msg && msg == b->grpc_msg)
+        lease__etcd_pb_printable(b->grpc_msg, b->grpc_msg_len); /* one line */
+
+    if (status != 200)
+        return lease__seterr(LEASE_ESTORE, "etcd %s: HTTP %ld to a gRPC call (is %s "
+                             "an etcd client URL? ?transport=json uses etcd's JSON "
+                             "gateway instead)", what, status, s->parent.url_redacted);
+    if (!b->has_status)
+        return lease__seterr(LEASE_ESTORE, "etcd %s: malformed answer: no grpc-status",
+                             what);
+    if (b->grpc_status != 0) {
+        b->refused = 1;
+        /* 16 is UNAUTHENTICATED; etcd says "invalid auth token" too. */
+        s->auth_refused = b->grpc_status == 16 || (msg && strstr(msg, "invalid auth token"));
+        return lease__seterr(LEASE_ESTORE, "etcd %s: gRPC status %ld%s%.200s", what,
+                             b->grpc_status, msg ? ": " : "", msg ? msg : "");
+    }
+    if (lease__etcd_pb_answer(out, path, (const unsigned char *)b->data, b->len,
+                              etcd_hold(b), err, sizeof(err)) < 0)
+        return lease__seterr(LEASE_ESTORE, "etcd %s: malformed answer: %s", what, err);
+    if (etcd_check_answer(*out, what) == 0)
+        return 0;
+    json_decref(*out);
+    *out = NULL;
+    return LEASE_ESTORE;
+}
+
+/* The answer of a request of easy handle c to `path` that completed: HTTP
+ * status, JSON, types; or gRPC's (etcd_grpc_answer). */
+static int etcd_answer(json_t **out, etcd_store *s, CURL *c, body *b, const char *path,
                        const char *what)
 {
     long status = 0;
     const char *msg;
+    char err[160] = "";
     int rc;
 
     curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
-    *out = b->len ? json_loadb(b->data, b->len, 0, NULL) : NULL;
+    *out = NULL;
+    if (b->grpc)
+        return etcd_grpc_answer(out, s, status, b, path, what);
+    *out = b->len ? lease__etcd_json_load(b->data, b->len, etcd_hold(b), err, sizeof(err))
+                  : NULL;
+    if (*out == NULL && err[0] != '\0') {
+        b->refused = status != 200;
+        return lease__seterr(LEASE_ESTORE, "etcd %s: malformed answer: %s", what, err);
+    }
     if (status == 200 && json_is_object(*out) && json_object_get(*out, "error") == NULL) {
         if (etcd_check_answer(*out, what) == 0)
             return 0;
@@ -600,12 +849,9 @@ static int etcd_answer(json_t **out, etcd_store *s, CURL *c, const body *b,
     msg = json_string_value(json_object_get(*out, "error"));
     if (msg == NULL)
         msg = json_string_value(json_object_get(*out, "message"));
+    b->refused = status != 200;
     s->auth_refused = status == 401 || (msg && strstr(msg, "invalid auth token"));
-    /* etcd's own message, cut short: it is the server's text, not ours,
-     * and one that repeats the password or the token is not shown. */
-    if (msg && ((s->password && strstr(msg, s->password)) ||
-                (s->token && strstr(msg, s->token))))
-        msg = "(etcd's message is withheld: it holds a credential)";
+    msg = etcd_their_message(s, msg, msg ? strlen(msg) : 0);
     rc = status == 200 && msg == NULL
              ? lease__seterr(LEASE_ESTORE, "etcd %s: malformed answer: not a JSON object",
                              what)
@@ -625,16 +871,16 @@ static int etcd_answer(json_t **out, etcd_store *s, CURL *c, const body *b,
 static int etcd_post(json_t **out, etcd_store *s, const char *path, json_t *req,
                      int64_t end, body *stream, size_t max, const char *what)
 {
-    char *payload = json_dumps(req, JSON_COMPACT);
-    body local = { NULL, 0, 0, max, 0, NULL, NULL, 0, 0 };
+    body local = { .max = max };
     body *b = stream ? stream : &local;
     CURLcode cc = CURLE_OPERATION_TIMEDOUT;
     int64_t t0 = 0;
-    int tries, idx = s->current, sent = 0, attempts = 0, rc;
+    int tries, idx = s->current, sent = 0, attempts = 0, rc, wipe_answer = 0;
+    req_body pl;
 
     *out = NULL;
-    if (payload == NULL)
-        return lease__seterr(LEASE_ENOMEM, "out of memory");
+    if ((rc = etcd_payload(&pl, s, path, req)) < 0)
+        return rc;
     for (tries = 0; tries < s->nendpoints; tries++) {
         int64_t left = (end - lease_clock_ns()) / 1000000;
 
@@ -643,7 +889,7 @@ static int etcd_post(json_t **out, etcd_store *s, const char *path, json_t *req,
         idx = (s->current + tries) % s->nendpoints;
         t0 = lease_clock_ns();
         attempts++;
-        cc = etcd_perform(&sent, s, idx, path, payload, b, left, s->nendpoints - tries);
+        cc = etcd_perform(&sent, s, idx, path, &pl, b, left, s->nendpoints - tries);
         if (cc == CURLE_OK) {
             s->current = idx;
             break;
@@ -655,10 +901,16 @@ static int etcd_post(json_t **out, etcd_store *s, const char *path, json_t *req,
             break;
         }
     }
-    free(payload);
+    /* Authenticate's request body holds the password, its answer body the
+     * token: these two buffers are wiped before they are freed. */
+    if (strcmp(path, "/v3/auth/authenticate") == 0) {
+        explicit_bzero(pl.data, pl.len);
+        wipe_answer = 1;
+    }
+    free(pl.data);
     if (stream && stream->stop)
-        return 0; /* the stream's reader got what it waited for */
-    if (attempts == 0)
+        rc = 0; /* the stream's reader got what it waited for */
+    else if (attempts == 0)
         rc = lease__seterr(LEASE_ETIMEOUT, "etcd %s: the call's timeout ran out "
                            "before this request was sent", what);
     else if (stream && cc == CURLE_OPERATION_TIMEDOUT && !b->too_large)
@@ -666,8 +918,12 @@ static int etcd_post(json_t **out, etcd_store *s, const char *path, json_t *req,
     else if (cc != CURLE_OK)
         rc = etcd_failed(s, cc, sent, idx, (lease_clock_ns() - t0) / 1000000, b, what);
     else
-        rc = etcd_answer(out, s, s->curl, b, what);
+        rc = etcd_answer(out, s, s->curl, b, path, what);
+    if (wipe_answer && local.data)
+        explicit_bzero(local.data, local.cap);
     free(local.data);
+    free(b->grpc_msg);
+    b->grpc_msg = NULL;
     return rc;
 }
 
@@ -676,6 +932,15 @@ static int etcd_post(json_t **out, etcd_store *s, const char *path, json_t *req,
 static void etcd_begin(etcd_store *s)
 {
     s->end_ns = lease_clock_ns() + (int64_t)s->parent.timeout_ms * 1000000;
+}
+
+/* Wipe the string o[name] in place (a password, a token) before o goes. */
+static void etcd_wipe_member(json_t *o, const char *name)
+{
+    json_t *v = json_object_get(o, name);
+
+    if (json_is_string(v))
+        explicit_bzero((char *)json_string_value(v), json_string_length(v));
 }
 
 /*
@@ -691,12 +956,13 @@ static int etcd_authenticate(etcd_store *s)
     size_t i, n;
     int rc;
 
-    free(s->token);
+    lease__free_secret(s->token);
     s->token = NULL;
     if (req == NULL)
         return lease__seterr(LEASE_ENOMEM, "out of memory");
     rc = etcd_post(&res, s, "/v3/auth/authenticate", req, s->end_ns, NULL, 0,
                    "authenticate");
+    etcd_wipe_member(req, "password");
     json_decref(req);
     if (rc < 0)
         return rc;
@@ -710,6 +976,7 @@ static int etcd_authenticate(etcd_store *s)
                             "bytes or not printable ASCII");
     else if ((s->token = strdup(tok)) == NULL)
         rc = lease__seterr(LEASE_ENOMEM, "out of memory");
+    etcd_wipe_member(res, "token");
     json_decref(res);
     return rc;
 }
@@ -740,37 +1007,14 @@ static int etcd_call(json_t **out, etcd_store *s, const char *path, json_t *req,
 
 /* ---- JSON helpers ------------------------------------------------------ */
 
-/* An int64 field: proto3's JSON mapping sends them as strings of digits,
- * a JSON integer is taken too. 0 and *ok set when it is neither. */
-static int64_t etcd_int_of(json_t *v, int *ok)
-{
-    const char *t;
-    char *end;
-    long long x;
-
-    *ok = 1;
-    if (json_is_integer(v))
-        return json_integer_value(v);
-    t = json_string_value(v);
-    if (t && ((*t >= '0' && *t <= '9') || (*t == '-' && t[1] >= '0' && t[1] <= '9')) &&
-        json_string_length(v) <= 20) {
-        errno = 0;
-        x = strtoll(t, &end, 10);
-        if (errno == 0 && *end == '\0')
-            return x;
-    }
-    *ok = 0;
-    return 0;
-}
-
 /* int64 fields, 0 when absent (proto3 leaves out zeros). The answer was
  * type-checked by etcd_check_answer. */
 static int64_t etcd_jint(json_t *o, const char *name)
 {
-    json_t *v = json_object_get(o, name);
-    int ok;
+    int64_t x = 0;
 
-    return v ? etcd_int_of(v, &ok) : 0;
+    lease__etcd_json_int(&x, json_object_get(o, name));
+    return x;
 }
 
 static int etcd_in(const char *const *names, const char *name)
@@ -779,22 +1023,6 @@ static int etcd_in(const char *const *names, const char *name)
         if (strcmp(*names, name) == 0)
             return 1;
     return 0;
-}
-
-/* Is `t` (n bytes) base64 as etcd writes it: padded to whole quads? */
-static int etcd_b64_valid(const char *t, size_t n)
-{
-    size_t i, pads = 0;
-
-    if (n % 4 != 0)
-        return 0;
-    for (i = 0; i < n; i++) {
-        if (t[i] == '=' && i + 2 >= n)
-            pads++;
-        else if (pads || t[i] == '\0' || t[i] == '=' || strchr(b64, t[i]) == NULL)
-            return 0;
-    }
-    return !(pads == 1 && t[n - 1] != '=');
 }
 
 /* The fields this store reads, by the JSON type etcd gives them. */
@@ -812,15 +1040,16 @@ static const char *const etcd_object_fields[] = {
 /* What is wrong with field `name` holding `v`, or NULL. */
 static const char *etcd_field_problem(const char *name, json_t *v)
 {
-    int ok = 1;
     size_t i;
 
     if (etcd_in(etcd_int_fields, name)) {
-        etcd_int_of(v, &ok);
-        return ok ? NULL : "is not a 64-bit integer";
+        int64_t x;
+
+        return lease__etcd_json_int(&x, v) == 0 ? NULL : "is not a 64-bit integer";
     }
     if (etcd_in(etcd_b64_fields, name))
-        return json_is_string(v) && etcd_b64_valid(json_string_value(v), json_string_length(v))
+        return json_is_string(v) &&
+                       lease__etcd_b64_valid(json_string_value(v), json_string_length(v))
                    ? NULL
                    : "is not base64 text";
     if (etcd_in(etcd_object_fields, name))
@@ -926,7 +1155,7 @@ static int64_t etcd_ttl_max_s(const etcd_store *s)
 
 static json_t *etcd_jb64(const void *data, size_t n)
 {
-    char *e = etcd_b64_encode(data, n);
+    char *e = lease__etcd_b64_encode(data, n);
     json_t *j = e ? json_string(e) : NULL;
 
     free(e);
@@ -966,7 +1195,7 @@ static char *etcd_kv_value(json_t *kv, size_t *len)
 {
     const char *v = json_string_value(json_object_get(kv, "value"));
 
-    return etcd_b64_decode(v ? v : "", len);
+    return lease__etcd_b64_decode(v ? v : "", len);
 }
 
 /* The kvs of the i-th response of a txn (a range's), or NULL. */
@@ -1221,10 +1450,10 @@ static int etcd_pair_answers(json_t **res, uint64_t *ka_ms, etcd_store *s, CURL 
                              const CURLcode *cc, body *b, int64_t t0)
 {
     json_t *ka = NULL;
-    long status = 0;
     int rc, idx = s->current;
 
-    if (cc[1] == CURLE_OK && etcd_answer(&ka, s, h[1], &b[1], "keep-alive") == 0 &&
+    if (cc[1] == CURLE_OK &&
+        etcd_answer(&ka, s, h[1], &b[1], "/v3/lease/keepalive", "keep-alive") == 0 &&
         etcd_keepalive_ttl(ka_ms, s, ka) < 0)
         *ka_ms = PAIR_NO_TTL;
     if (cc[0] != CURLE_OK) {
@@ -1235,21 +1464,21 @@ static int etcd_pair_answers(json_t **res, uint64_t *ka_ms, etcd_store *s, CURL 
                            "acquire");
     }
     s->auth_refused = 0;
-    if ((rc = etcd_answer(res, s, h[0], &b[0], "acquire")) == 0)
+    if ((rc = etcd_answer(res, s, h[0], &b[0], "/v3/kv/txn", "acquire")) == 0)
         return 0;
     /* etcd refused the txn, so it was not applied: for an expired auth
      * token, or for the lease that ended after all. */
-    curl_easy_getinfo(h[0], CURLINFO_RESPONSE_CODE, &status);
-    if (status != 200 && (s->auth_refused ||
-                          (*ka_ms == 0 && strstr(lease_errmsg(), "lease not found"))))
+    if (b[0].refused && (s->auth_refused ||
+                         (*ka_ms == 0 && strstr(lease_errmsg(), "lease not found"))))
         return PAIR_AGAIN;
     return rc;
 }
 
 /*
  * An idle pooled lease's keep-alive and the acquire txn (taken) that
- * attaches a key to it, sent at once on two connections to the member that
- * last answered: one round trip where one after the other takes two. The
+ * attaches a key to it, sent at once to the member that last answered (two
+ * streams of one connection over gRPC, two connections to the gateway):
+ * one round trip where one after the other takes two. The
  * txn needs nothing of the keep-alive: the lease outlives both, kept alive
  * or not (see etcd_pool_take). 0: the txn's answer in *res, the TTL the
  * keep-alive restored in *ka_ms (0: the lease ended; PAIR_NO_TTL: no
@@ -1262,13 +1491,14 @@ static int etcd_pair(json_t **res, uint64_t *ka_ms, etcd_store *s, int64_t id, j
 {
     static const char *const path[2] = { "/v3/kv/txn", "/v3/lease/keepalive" };
     json_t *ka = json_pack("{s:I}", "ID", (json_int_t)id);
-    char *payload[2], url[512];
-    struct curl_slist *hdr[2];
+    char url[512];
+    req_body pl[2];
+    struct curl_slist *hdr[2] = { NULL, NULL };
     body b[2];
     CURL *h[2];
     CURLcode cc[2];
     int64_t t0 = lease_clock_ns(), left = (s->end_ns - t0) / 1000000;
-    int i, rc = PAIR_AGAIN;
+    int i, rc = PAIR_AGAIN, ok, again;
 
     *res = NULL;
     *ka_ms = PAIR_NO_TTL;
@@ -1277,25 +1507,35 @@ static int etcd_pair(json_t **res, uint64_t *ka_ms, etcd_store *s, int64_t id, j
         s->curl2 = curl_easy_init();
     h[0] = s->curl;
     h[1] = s->curl2;
-    payload[0] = txn ? json_dumps(txn, JSON_COMPACT) : NULL;
-    payload[1] = ka ? json_dumps(ka, JSON_COMPACT) : NULL;
+    ok = etcd_payload(&pl[0], s, path[0], txn) == 0;
+    ok = etcd_payload(&pl[1], s, path[1], ka) == 0 && ok;
     json_decref(txn);
     json_decref(ka);
-    for (i = 0; i < 2; i++)
-        hdr[i] = etcd_headers(s, path[i]);
-    if (h[1] && payload[0] && payload[1] && hdr[0] && hdr[1] && left > 0) {
+    for (i = 0; ok && i < 2; i++)
+        ok = (hdr[i] = etcd_headers(s, path[i], pl[i].grpc)) != NULL;
+    /* Over gRPC, only on a connection that is there: two new ones would be
+     * opened at once, not one shared (etcd_h2_version). */
+    if (ok && h[1] && left > 0 &&
+        !(s->grpc && !s->h2[s->current] && !etcd_tls(s, s->current))) {
         for (i = 0; i < 2; i++) {
-            snprintf(url, sizeof(url), "%s%s", s->endpoints[s->current], path[i]);
-            etcd_setopts(s, h[i], url, hdr[i], payload[i], &b[i], left,
-                         left / s->nendpoints + 1);
+            etcd_url(url, sizeof(url), s, s->current, path[i], pl[i].grpc);
+            etcd_body_grpc_reset(&b[i], pl[i].grpc);
+            etcd_setopts(s, h[i], s->current, url, hdr[i], pl[i].data, pl[i].len, &b[i],
+                         left, left / s->nendpoints + 1);
         }
-        etcd_multi_run(s, h, cc, 2, lease_clock_ns() + (left + 2000) * 1000000);
-        rc = etcd_pair_answers(res, ka_ms, s, h, cc, b, t0);
+        etcd_multi_run(s, h, cc, 2, lease_clock_ns() + (left + 2000) * 1000000, s->grpc);
+        /* The gateway answered the txn (a gRPC call): it was not applied.
+         * The keep-alive it answered is a keep-alive without an answer. */
+        again = s->grpc && etcd_grpc_again(s, h[0], cc[0], &b[0], s->current);
+        if (s->grpc && etcd_grpc_again(s, h[1], cc[1], &b[1], s->current))
+            cc[1] = CURLE_GOT_NOTHING;
+        rc = again ? PAIR_AGAIN : etcd_pair_answers(res, ka_ms, s, h, cc, b, t0);
     }
     for (i = 0; i < 2; i++) {
-        free(payload[i]);
-        curl_slist_free_all(hdr[i]);
+        free(pl[i].data);
+        lease__http_headers_free(hdr[i]);
         free(b[i].data);
+        free(b[i].grpc_msg);
     }
     return rc;
 }
@@ -2232,7 +2472,7 @@ static int etcd_read_marker(end_marker *m, json_t *kv)
 {
     const char *k64 = json_string_value(json_object_get(kv, "key"));
     size_t klen = 0, vlen = 0;
-    char *k = etcd_b64_decode(k64 ? k64 : "", &klen), *v = etcd_kv_value(kv, &vlen);
+    char *k = lease__etcd_b64_decode(k64 ? k64 : "", &klen), *v = etcd_kv_value(kv, &vlen);
     const char *p = v ? strchr(v, '\n') : NULL;
     int rc = 1;
 
@@ -2488,7 +2728,7 @@ static char **etcd_kv_names(json_t *kvs, size_t skip)
     char **names = calloc(count ? count : 1, sizeof(*names));
 
     for (i = 0; names && i < count; i++) {
-        char *k = etcd_b64_decode(json_string_value(json_object_get(json_array_get(kvs, i),
+        char *k = lease__etcd_b64_decode(json_string_value(json_object_get(json_array_get(kvs, i),
                                                                "key")) ?: "", &n);
 
         if (k && n > skip && n - skip <= LEASE_KEY_MAX && memchr(k, '\0', n) == NULL) {
@@ -2841,7 +3081,7 @@ static int etcd_on_watch(json_t *msg, void *arg)
 static int etcd_wait_release(lease_store *base, const char *key, uint64_t timeout_ms)
 {
     etcd_store *s = (etcd_store *)base;
-    body stream = { NULL, 0, 0, 0, 0, etcd_on_watch, NULL, 0, 0 };
+    body stream = { .on_message = etcd_on_watch };
     json_t *req, *res = NULL;
     int rc;
 
@@ -2955,9 +3195,9 @@ static int etcd_shared_key_seen(etcd_store *s, json_t *k64, orphan_list *orphans
     char *k;
     shared_rec *r;
 
-    if (t == NULL || !etcd_b64_valid(t, json_string_length(k64)))
+    if (t == NULL || !lease__etcd_b64_valid(t, json_string_length(k64)))
         return etcd_malformed("time to live", "a key of the lease is not base64 text");
-    if ((k = etcd_b64_decode(t, &n)) == NULL)
+    if ((k = lease__etcd_b64_decode(t, &n)) == NULL)
         return lease__seterr(LEASE_ENOMEM, "out of memory");
     if ((name = etcd_key_of(s, k, n, "lease/")) != NULL) {
         if ((r = etcd_rec_find(s, name)) != NULL)
@@ -3247,13 +3487,9 @@ static void etcd_close(lease_store *base)
     if (s->password) {
         if (s->password_from_file)
             lease__secret_release(s->password);
-        memset(s->password, 0, strlen(s->password));
-        free(s->password);
+        lease__free_secret(s->password);
     }
-    if (s->token) {
-        memset(s->token, 0, strlen(s->token));
-        free(s->token);
-    }
+    lease__free_secret(s->token);
 }
 
 /* "host:port", "[v6]:port": what a member may be, checked before any
@@ -3376,6 +3612,15 @@ static int etcd_parse_params(etcd_store *s, const lease__url *u)
         else if (strcmp(name, "password_file") == 0) {
             rc = lease__read_password_file(&s->password, "etcd", v ? v : "");
             s->password_from_file = rc == 0;
+        } else if (strcmp(name, "transport") == 0) {
+            if (v && strcmp(v, "grpc") == 0)
+                s->grpc = 1;
+            else if (v && strcmp(v, "json") == 0)
+                s->grpc = 0;
+            else
+                rc = lease__seterr(LEASE_EINVALID, "?transport= is grpc (the default) "
+                                   "or json (etcd's JSON gateway), not '%.32s'",
+                                   v ? v : "");
         } else if (strcmp(name, "tokens") == 0)
             rc = lease__seterr(LEASE_EINVALID, "tokens= is for the stores that "
                                "replicate asynchronously (redis, postgres): etcd's "
@@ -3383,7 +3628,7 @@ static int etcd_parse_params(etcd_store *s, const lease__url *u)
                                "issued twice");
         else
             rc = lease__seterr(LEASE_EINVALID, "unknown etcd URL parameter '%.64s' "
-                               "(known: cacert, cert, key, password_file)", name);
+                               "(known: cacert, cert, key, password_file, transport)", name);
     }
     if (rc == 0 && !s->cert != !s->key)
         rc = lease__seterr(LEASE_EINVALID, "?cert= and ?key= go together");
@@ -3420,12 +3665,18 @@ static int etcd_open(lease_store *base, const char *url)
 
     if ((rc = lease__url_parse(&u, url)) < 0)
         return rc;
+    s->grpc = 1;
     rc = etcd_parse_url(s, &u);
     lease__url_free(&u);
     pthread_once(&curl_once, etcd_curl_start);
     if (rc == 0 && ((s->curl = curl_easy_init()) == NULL ||
                     (s->multi = etcd_multi_new()) == NULL))
         rc = lease__seterr(LEASE_ENOMEM, "cannot start libcurl");
+    /* Over gRPC one connection carries every call (etcd_pair's two as
+     * streams of it), and an HTTP/1.1 one left by a call that met the
+     * gateway (etcd_h2_version) must not stay for the next to reuse. */
+    if (rc == 0 && s->grpc)
+        curl_multi_setopt(s->multi, CURLMOPT_MAXCONNECTS, 1L);
     /* Say hello to the cluster, so a wrong URL fails at open. */
     etcd_begin(s);
     if (rc == 0 && s->user)

@@ -121,17 +121,19 @@ static inline lease_grant conf_acquire(const char *key, const char *owner,
     return g;
 }
 
-/* Poll inspect until the store says the key is not held, within a bound.
- * Returns the last info. The bound only stops a broken store from hanging
- * the suite; a correct store always ends the loop by expiring the lease. */
-static inline lease_info conf_wait_free(const char *key, uint64_t ttl_ms)
+/* Poll inspect through `store` until it says the key is not held, within
+ * a bound. Returns the last info. The bound only stops a broken store from
+ * hanging the suite; a correct store always ends the loop by expiring the
+ * lease. */
+static inline lease_info conf_wait_free_on(lease_store *store, const char *key,
+                                           uint64_t ttl_ms)
 {
     int64_t end = conf_now_ms() + conf_expiry_bound_ms(ttl_ms);
     lease_info info;
 
     for (;;) {
         memset(&info, 0, sizeof(info));
-        CHECK_RC(0, lease_inspect(&info, conf_store, key));
+        CHECK_RC(0, lease_inspect(&info, store, key));
         if (!info.held)
             return info;
         if (conf_now_ms() > end)
@@ -140,6 +142,12 @@ static inline lease_info conf_wait_free(const char *key, uint64_t ttl_ms)
                      key, ttl_ms, conf_expiry_bound_ms(ttl_ms));
         conf_sleep_ms(20);
     }
+}
+
+/* conf_wait_free_on the suite's handle. */
+static inline lease_info conf_wait_free(const char *key, uint64_t ttl_ms)
+{
+    return conf_wait_free_on(conf_store, key, ttl_ms);
 }
 
 /* ---- the store handle -------------------------------------------------- */

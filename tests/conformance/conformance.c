@@ -1292,6 +1292,9 @@ static void assert_guarded_put_unsupported(const lease_grant *g, const char *nam
     assert_null(v);
 }
 
+/* The ttl of a grant that writes, then expires (see test_guarded_put). */
+#define GUARD_TTL_MS 3000
+
 /* "Guarded write in the coordination store itself": applied only while
  * (owner, token) is the current, unexpired lease. */
 static void test_guarded_put(void **state)
@@ -1318,9 +1321,11 @@ static void test_guarded_put(void **state)
     }
     CHECK_FAIL(LEASE_ENOTFOUND, lease_data_get(&v, &n, NULL, conf_store, name));
 
-    /* A long ttl while writing (a slow store must not fail the writes),
-     * then shortened by a renew so that it expires soon. */
-    ga = conf_acquire(key, a, 30000, "writer-a");
+    /* A ttl that outlasts the writes (a slow store must not fail them),
+     * then shortened by a renew so that it expires soon. Not 30 s: etcd
+     * cannot shorten a lease (its renew restores the granted TTL), so
+     * there the wait below is this ttl. */
+    ga = conf_acquire(key, a, GUARD_TTL_MS, "writer-a");
     CHECK_RC(0, lease_guarded_put(conf_store, &ga, name, bin, sizeof(bin)));
     assert_data(name, bin, sizeof(bin), ga.token);
     CHECK_RC(0, lease_guarded_put(conf_store, &ga, empty, NULL, 0));
@@ -1365,7 +1370,7 @@ static void test_guarded_put_expired_untaken(void **state)
     conf_key(key, "guard2/lock");
     conf_key(name, "guard2/data");
     conf_owner(a);
-    g = conf_acquire(key, a, 30000, NULL);
+    g = conf_acquire(key, a, GUARD_TTL_MS, NULL); /* see test_guarded_put */
     if (no_guarded_put()) {
         assert_guarded_put_unsupported(&g, name);
         CHECK_RC(0, lease_release(conf_store, &g));

@@ -81,12 +81,12 @@ bg_register $!
 printf '{"/v3/auth/authenticate": {"error": "no user root with password Ech0-Me-99 (Ech0-Me-99)"}}\n' \
     >"$T/echo.json"
 wait_for "the fake member listens" test -s "$pf" || die "no fake member"
-call "$LEASE" --store "etcd://root:Ech0-Me-99@127.0.0.1:$(cat "$pf")" show k
+call "$LEASE" --store "etcd://root:Ech0-Me-99@127.0.0.1:$(cat "$pf")?transport=json" show k
 expect_error 6 "the fake refuses"
 assert_not_contains "$ERR" "Ech0-Me-99" "the password the server repeated is not shown"
 printf 'Ech0-Me-99\n' >"$T/echo.pw"
 chmod 600 "$T/echo.pw"
-call "$LEASE" --store "etcd://root@127.0.0.1:$(cat "$pf")?password_file=$T/echo.pw" show k
+call "$LEASE" --store "etcd://root@127.0.0.1:$(cat "$pf")?password_file=$T/echo.pw&transport=json" show k
 expect_error 6 "the fake refuses (password from a file)"
 assert_not_contains "$ERR" "Ech0-Me-99" "the file's password the server repeated is not shown"
 

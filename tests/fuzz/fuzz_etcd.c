@@ -2,7 +2,9 @@
  * fuzz_etcd.c - the etcd store reading answers it cannot trust.
  *
  * A fake etcd (fuzz_http.h) answers the store's requests with the input,
- * split at 0x01 bytes into answers, after its opening request ("{}").
+ * split at 0x01 bytes into answers, after its opening request ("{}"). It
+ * speaks the JSON gateway (?transport=json); the gRPC transport's codec is
+ * fuzz_etcd_pb's.
  *
  * The store then runs acquire, renew, guarded put, release, inspect, list,
  * fence advance and mark, data get and history. Properties, whatever the
@@ -29,7 +31,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     char url[64];
 
-    snprintf(url, sizeof(url), "etcd://127.0.0.1:%d/fuzz", etcd_fake.fake.port);
+    snprintf(url, sizeof(url), "etcd://127.0.0.1:%d/fuzz?transport=json", etcd_fake.fake.port);
     fuzz_store_input(&etcd_fake.fake, data, size, url);
     return 0;
 }

@@ -1,0 +1,33 @@
+# fake_lib.sh - what the tests against fake etcd members share (sourced
+# after tests/cli/lib.sh): starting one, and the bound on a call's time.
+
+# start_fake_member NAME INTERPRETER SCRIPT MODE [ARG...]: the fake member
+# SCRIPT (of this directory) run by INTERPRETER; its port in $FPORT_<NAME>.
+start_fake_member() {
+    local name=$1 py=$2 script=$3 pf=$T/$1.port
+    shift 3
+    "$py" "$(dirname "${BASH_SOURCE[0]}")/$script" "$pf" "$@" &
+    bg_register $!
+    wait_for "the fake member '$name' listens" test -s "$pf" || die "no fake member"
+    printf -v "FPORT_$name" '%s' "$(cat "$pf")"
+}
+
+# within_bound DESCRIPTION: the last timed call took under 10 s (for a
+# --timeout 1s call: a generous bound, no assertion of its precision).
+within_bound() {
+    if [ "$MS" -lt 10000 ]; then pass; else fail "$1: took $MS ms (bound: 10000)$(_ctx)"; fi
+}
+
+# huge_answer_bounded URL SIZE: `lease show` against a member whose answer
+# is SIZE (text, e.g. "128 MiB"): exit 6 saying so, with the memory of
+# lease bounded at 64 MiB.
+huge_answer_bounded() {
+    local rss
+    call /usr/bin/time -f "%M" -o "$T/rss" "$LEASE" --store "$1" --timeout 20s show k
+    expect_error 6 "a $2 answer"
+    assert_contains "$ERR" "answer too large" "the message says the answer is too large"
+    rss=$(tail -n 1 "$T/rss")
+    if [[ $rss =~ ^[0-9]+$ ]] && [ "$rss" -lt 65536 ]; then pass; else
+        fail "max RSS of lease reading a $2 answer: '$rss' kB (bound: 64 MiB)"
+    fi
+}

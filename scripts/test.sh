@@ -16,14 +16,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh
 
-free_port() {
-  local p
-  for p in $(shuf -i 20000-60000 -n 100); do
-    if ! ss -Htln "sport = :$p" | grep -q .; then echo "$p"; return 0; fi
-  done
-  echo "test.sh: no free port found" >&2
-  return 1
-}
+. scripts/ports.sh
 
 work=$(mktemp -d /tmp/lease-test.XXXXXX)
 chmod 0755 "$work"   # the servers run as their own users
@@ -37,17 +30,22 @@ cleanup() {
 trap cleanup EXIT
 
 echo "== starting PostgreSQL on loopback"
-scripts/pg-server.sh start "$work/pg" "$(free_port)"
+pick_port
+scripts/pg-server.sh start "$work/pg" "$PORT"
 LEASE_TEST_PG_URL=$(scripts/pg-server.sh url "$work/pg")
 export LEASE_TEST_PG_URL
 
 echo "== starting Redis on loopback"
-scripts/redis-server.sh start "$work/redis" "$(free_port)"
+pick_port
+scripts/redis-server.sh start "$work/redis" "$PORT"
 LEASE_TEST_REDIS_URL=$(scripts/redis-server.sh url "$work/redis")
 export LEASE_TEST_REDIS_URL
 
 echo "== starting etcd on loopback"
-scripts/etcd-server.sh start "$work/etcd" e1 "$(free_port)" "$(free_port)"
+pick_port
+cport=$PORT
+pick_port
+scripts/etcd-server.sh start "$work/etcd" e1 "$cport" "$PORT"
 LEASE_TEST_ETCD_URL=$(scripts/etcd-server.sh url "$work/etcd")
 export LEASE_TEST_ETCD_URL
 
@@ -55,7 +53,8 @@ export LEASE_TEST_ETCD_URL
 # tests run against the Lease API double in tests/kubernetes/, whose
 # fidelity tests check it with kubectl and python3-kubernetes.
 echo "== starting the Kubernetes Lease API double on loopback"
-scripts/kube-server.sh start "$work/kube" "$(free_port)"
+pick_port
+scripts/kube-server.sh start "$work/kube" "$PORT"
 LEASE_TEST_KUBE_URL=$(scripts/kube-server.sh url "$work/kube")
 export LEASE_TEST_KUBE_URL
 

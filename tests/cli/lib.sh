@@ -148,21 +148,8 @@ call() {
     return 0
 }
 
-# pick_port: a free loopback port in $PORT (bounded: 100 candidates), never
-# one handed out before in this script.
-USED_PORTS=" "
-pick_port() {
-    local p
-    for p in $(shuf -i 20000-60000 -n 100); do
-        case $USED_PORTS in *" $p "*) continue ;; esac
-        if ! ss -Htln "sport = :$p" | grep -q .; then
-            USED_PORTS="$USED_PORTS$p "
-            PORT=$p
-            return 0
-        fi
-    done
-    return 1
-}
+# pick_port and free_port: loopback ports (scripts/ports.sh).
+. "$(dirname "${BASH_SOURCE[0]}")/../../scripts/ports.sh"
 
 # stopwatch CMD...: run CMD (a command or a function of the script), with
 # how long it took in $MS (milliseconds). For generous bounds only ("a

@@ -21,7 +21,6 @@ export ETCDCTL_API=3
 
 ED=$T/etcd          # the members' dirs: $ED/e1, $ED/e2 ...
 mkdir -p "$ED"
-PORTS_TAKEN=" "     # ports handed out by this script
 NAMES=()            # member names, e1 ... eN
 declare -A CPORT=() PPORT=()
 CLUSTER=""          # etcd's --initial-cluster
@@ -69,29 +68,6 @@ _etcd_watchdog() {
     )
 }
 _etcd_watchdog
-
-# free_port: print a loopback TCP port that nothing listens on, that no
-# connection uses, and that this script has not handed out yet. It is drawn
-# below the kernel's ephemeral range: a port there may be taken at any time
-# as the local end of an outgoing connection (etcd members open many), and
-# then etcd's bind fails. Bounded: 200 random candidates.
-free_port() {
-    local p i lo=10000 hi=32767 eph
-    read -r eph _ </proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || eph=""
-    if [[ $eph =~ ^[0-9]+$ ]] && [ "$eph" -gt $((lo + 1000)) ]; then hi=$((eph - 1)); fi
-    for ((i = 0; i < 200; i++)); do
-        p=$(shuf -i "$lo-$hi" -n 1)
-        case $PORTS_TAKEN in *" $p "*) continue ;; esac
-        if [ -z "$(ss -Htln "sport = :$p" 2>/dev/null)" ] &&
-            [ -z "$(ss -Htan "sport = :$p" 2>/dev/null)" ]; then
-            PORTS_TAKEN="$PORTS_TAKEN$p "
-            echo "$p"
-            return 0
-        fi
-    done
-    echo "free_port: no free port found" >&2
-    return 1
-}
 
 # ectl ARGS...: etcdctl against every member, bounded.
 ectl() {
@@ -149,8 +125,10 @@ etcd_cluster() {
         for ((i = 1; i <= n; i++)); do
             name=e$i
             NAMES+=("$name")
-            CPORT[$name]=$(free_port) || return 1
-            PPORT[$name]=$(free_port) || return 1
+            pick_port || return 1
+            CPORT[$name]=$PORT
+            pick_port || return 1
+            PPORT[$name]=$PORT
             CLUSTER="${CLUSTER:+$CLUSTER,}$name=http://127.0.0.1:${PPORT[$name]}"
         done
         for name in "${NAMES[@]}"; do

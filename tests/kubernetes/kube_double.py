@@ -46,9 +46,19 @@ def check(cond, what):
 
 
 def free_port():
-    """A loopback port nothing listens on (bounded: 200 candidates)."""
+    """A loopback port nothing listens on (bounded: 200 candidates), below
+    the kernel's ephemeral range as scripts/ports.sh draws them: a port in
+    that range may be taken at any moment by an outgoing connection."""
+    hi = 32767
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            eph = int(f.read().split()[0])
+        if eph > 11000:
+            hi = eph - 1
+    except (OSError, ValueError, IndexError):
+        pass
     for _ in range(200):
-        p = random.randint(20000, 60000)
+        p = random.randint(10000, hi)
         with socket.socket() as s:
             try:
                 s.bind(("127.0.0.1", p))

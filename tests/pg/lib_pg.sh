@@ -5,7 +5,8 @@
 #   pg_tmpdir                      makes $PG_T (mktemp -d, reachable by the
 #                                  postgres user); the EXIT trap stops every
 #                                  server started here and removes $PG_T
-#   pg_free_port                   prints a loopback TCP port nobody listens on
+#   free_port                      prints a free loopback TCP port
+#                                  (scripts/ports.sh)
 #   pg_start NAME [ROLE ARGS...]   starts a server in $PG_T/NAME on a free
 #                                  port (a few ports are tried, in case another
 #                                  process takes one first); sets PG_PORT
@@ -45,38 +46,14 @@ pg_cleanup() {
     exit $rc
 }
 
-# Is something listening on TCP port $1 (any address)? ss -ltn, or
-# /proc/net/tcp{,6} (state 0A) where ss is missing.
-pg_port_busy() {
-    if command -v ss >/dev/null 2>&1; then
-        [ -n "$(ss -Hltn "sport = :$1" 2>/dev/null)" ]
-    else
-        cat /proc/net/tcp /proc/net/tcp6 2>/dev/null |
-            awk -v p="$(printf '%04X' "$1")" '{ split($2, a, ":") } a[2] == p && $4 == "0A" { f = 1 } END { exit !f }'
-    fi
-}
-
-# A port in 20000..59999 that no socket listens on, starting from a random
-# one so that parallel runs rarely meet.
-pg_free_port() {
-    local p i
-    p=$((20000 + RANDOM % 40000))
-    for ((i = 0; i < 500; i++)); do
-        if ! pg_port_busy "$p"; then
-            echo "$p"
-            return 0
-        fi
-        p=$(((p - 20000 + 1) % 40000 + 20000))
-    done
-    echo "FATAL: no free port found" >&2
-    return 1
-}
+# free_port and pick_port (drawn below the kernel's ephemeral range).
+. "$(dirname "${BASH_SOURCE[0]}")/../../scripts/ports.sh"
 
 pg_start() {
     local name=$1 try
     shift
     for ((try = 0; try < 5; try++)); do
-        PG_PORT=$(pg_free_port) || return 1
+        PG_PORT=$(free_port) || return 1
         rm -rf "${PG_T:?}/$name"
         PG_NAMES+=("$name")
         if bash "$PG_SERVER" start "$PG_T/$name" "$PG_PORT" "$@" >"$PG_T/$name.start" 2>&1; then

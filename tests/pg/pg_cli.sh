@@ -135,7 +135,7 @@ SQL
 assert_eq "$reg" t "coordination_lease and lease_fence still exist"
 
 section "unreachable: a closed port"
-CP=$(pg_free_port)
+CP=$(free_port)
 BAD=$(printf '%s' "$PGURL" | sed -E "s#@([^:/@]+):[0-9]+#@\\1:$CP#")
 assert_ne "$BAD" "$PGURL" "the URL was rewritten"
 for args in "acquire k" "acquire k --wait 1s" "show k" "ls" "fence r 5" \

@@ -22,6 +22,6 @@ pg_start db || exit 1
 echo "# server started on port $PG_PORT in $((($(date +%s%N) - t0) / 1000000)) ms"
 PG_TEST_URL=$(bash "$PG_SERVER" url "$PG_T/db")
 PG_TEST_DIR=$PG_T/db
-PG_CLOSED_PORT=$(pg_free_port) || exit 1
+PG_CLOSED_PORT=$(free_port) || exit 1
 export PG_TEST_URL PG_TEST_DIR PG_SERVER PG_CLOSED_PORT
 "$@"

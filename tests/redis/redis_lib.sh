@@ -20,24 +20,6 @@ done
 
 REDIS_DIRS=()     # every server dir we started (stopped on exit)
 SENTINEL_DIRS=()  # every sentinel dir we started
-PORTS_TAKEN=" "   # ports handed out by this script
-
-# free_port: print a loopback TCP port that nothing listens on and that this
-# script has not handed out yet. Bounded: 200 random candidates.
-free_port() {
-    local p i
-    for ((i = 0; i < 200; i++)); do
-        p=$(shuf -i 20000-60000 -n 1)
-        case $PORTS_TAKEN in *" $p "*) continue ;; esac
-        if [ -z "$(ss -Htln "sport = :$p" 2>/dev/null)" ]; then
-            PORTS_TAKEN="$PORTS_TAKEN$p "
-            echo "$p"
-            return 0
-        fi
-    done
-    echo "free_port: no free port found" >&2
-    return 1
-}
 
 # Is the server that answers on PORT the one whose dir is DIR? (A port taken
 # by someone else between free_port and the bind would answer PING too.)

@@ -311,9 +311,6 @@ static size_t etcd_on_data(char *ptr, size_t size, size_t nmemb, void *userdata)
  * before it is cut for a message (etcd_answer); a longer one is withheld. */
 #define GRPC_MESSAGE_MAX 8192
 
-/* A gRPC call's headers and trailers (libcurl gives both here): its
- * grpc-status and grpc-message. A status that is not all digits is
- * taken as no status at all (a malformed answer). */
 /* The value of header line `line` (n bytes) when it is header `name`
  * (its length `nlen`, with the colon): *v and its length, without the
  * spaces around it and the line's end. */
@@ -331,6 +328,9 @@ static int etcd_header_is(const char **v, size_t *k, const char *line, size_t n,
     return 1;
 }
 
+/* A gRPC call's headers and trailers (libcurl gives both here): its
+ * grpc-status and grpc-message. A status that is not all digits is
+ * taken as no status at all (a malformed answer). */
 static size_t etcd_on_header(char *ptr, size_t size, size_t nmemb, void *userdata)
 {
     body *b = userdata;

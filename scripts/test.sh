@@ -4,7 +4,7 @@
 # AddressSanitizer + UndefinedBehaviorSanitizer, each running the tests
 # through ctest (every test in the first; in the second all but five that
 # mostly wait on servers restarting or failing over, three that check the
-# Kubernetes double against real clients and two that wait on renewal
+# Kubernetes double against real clients and one that waits on renewal
 # rounds); the same two with clang,
 # compiled; an SQLite-only build running the tests that apply to it; then
 # the libFuzzer targets (clang), each run for LEASE_FUZZ_SECONDS (default
@@ -76,7 +76,7 @@ stage() { echo "== $* ($(date -u +%H:%M:%S))"; }
 stage "build: gcc, RelWithDebInfo (the default users build), then every test"
 build build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=gcc
 run_suite build
-stage "build: gcc, Debug + ASan + UBSan, then every test but ten"
+stage "build: gcc, Debug + ASan + UBSan, then every test but nine"
 build build-asan -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_COMPILER=gcc -DLEASE_SANITIZE=ON
 # Every test but the five that spend their minutes waiting on servers
 # (replication, restarts, quorum loss, a killed leader): their client code
@@ -85,13 +85,10 @@ build build-asan -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_COMPILER=gcc -DLEASE_SANITIZ
 # python3-kubernetes (their C paths are kube_checks' and the conformance
 # suite's, run here); and session_kubernetes, a minute of renewal rounds
 # against the double (the session's code runs here on the four other
-# stores, the Kubernetes store's renew in conformance_ and keeper_kubernetes);
-# and session_etcd_json, the session's rounds again over etcd's gateway
-# (the session's code runs here in session_etcd, the gateway's answers in
-# conformance_ and keeper_etcd_json).
+# stores, the Kubernetes store's renew in conformance_ and keeper_kubernetes).
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   run_suite build-asan \
-  -E '^(redis_failover|redis_wait_replicas|redis_restart|etcd_quorum_loss|etcd_leader_kill|kube_double|kube_kubectl|kube_interop|session_kubernetes|session_etcd_json)$'
+  -E '^(redis_failover|redis_wait_replicas|redis_restart|etcd_quorum_loss|etcd_leader_kill|kube_double|kube_kubectl|kube_interop|session_kubernetes)$'
 # clang's warnings differ from gcc's: both configurations are compiled
 # with it, warnings as errors; the tests ran above.
 stage "build: clang, RelWithDebInfo (compiled only)"

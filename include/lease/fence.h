@@ -81,6 +81,12 @@ typedef int (*lease_txn_cb)(void *native, void *payload);
  * LEASE_ELOST (cb not called) when the lease is missing, held by another
  * owner or token, or expired. LEASE_EUNSUPPORTED for stores without
  * transactions. LEASE_ESTORE if the commit failed: the writes are gone.
+ * On a server (PostgreSQL) the whole call is bounded by the handle's
+ * timeout: LEASE_ETIMEOUT, rolled back and nothing committed, when that
+ * timeout passed before the commit could be sent (cb ran too long); a
+ * commit sent and not answered in time is LEASE_ESTORE with a message that
+ * says the outcome is unknown (the writes may have committed). SQLite
+ * commits locally, whatever the time.
  */
 int lease_guarded_txn(lease_store *store, const lease_grant *grant,
                       lease_txn_cb cb, void *payload);
@@ -100,8 +106,10 @@ int64_t lease_advisory_key(const char *key);
  * connection, commit (0) or roll back (anything else, which is returned).
  * The lock ends with the transaction, so a pooled connection never keeps it.
  * LEASE_EBUSY when try_only and another transaction holds the lock;
- * LEASE_ETIMEOUT when the lock was not granted within the handle's timeout;
- * LEASE_EUNSUPPORTED for stores without advisory locks.
+ * LEASE_ETIMEOUT when the lock was not granted within the handle's timeout,
+ * or when that timeout passed before the commit (rolled back, as in
+ * lease_guarded_txn()); LEASE_EUNSUPPORTED for stores without advisory
+ * locks.
  */
 int lease_advisory_txn(lease_store *store, const char *key, int try_only,
                        lease_txn_cb cb, void *payload);

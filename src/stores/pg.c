@@ -287,6 +287,16 @@ static int pg_run(PGresult **out, char state[6], pg_store *s, const char *sql, i
     return rc;
 }
 
+/* A boolean in the answer: true only when the row and column are there and
+ * say so. PQgetvalue() is NULL past the answer's rows or columns, which a
+ * server (or whatever answers in its place) decides. */
+static int pg_true(const PGresult *res, int row, int col)
+{
+    const char *v = PQgetvalue(res, row, col);
+
+    return v != NULL && v[0] == 't';
+}
+
 /* pg_run() for a statement whose rows do not matter: run one command and
  * check it succeeded. */
 static int pg_command(pg_store *s, const char *sql, const char *what, int64_t end)
@@ -1562,7 +1572,7 @@ static int setup_schema(pg_store *s, int *has_label, int *has_ttl, int64_t end)
     if ((rc = pg_run(&res, state, s, LEASE_PG_TABLES_EXIST, 3, v3,
                      "look for tables", end)) < 0)
         return rc;
-    exists = PQntuples(res) == 1 && PQgetvalue(res, 0, 0)[0] == 't';
+    exists = PQntuples(res) == 1 && pg_true(res, 0, 0);
     PQclear(res);
     if (!exists && (rc = create_schema(s, end)) < 0)
         return rc;
@@ -1574,10 +1584,10 @@ static int setup_schema(pg_store *s, int *has_label, int *has_ttl, int64_t end)
         PQclear(res);
         return lease__seterr(LEASE_ESTORE, "postgres read table columns: no row");
     }
-    *has_label = PQgetvalue(res, 0, 0)[0] == 't';
-    *has_ttl = PQgetvalue(res, 0, 1)[0] == 't';
-    s->has_wait = PQnfields(res) > 2 && PQgetvalue(res, 0, 2)[0] == 't';
-    s->has_acquired = PQnfields(res) > 3 && PQgetvalue(res, 0, 3)[0] == 't';
+    *has_label = pg_true(res, 0, 0);
+    *has_ttl = pg_true(res, 0, 1);
+    s->has_wait = pg_true(res, 0, 2);
+    s->has_acquired = pg_true(res, 0, 3);
     PQclear(res);
     return 0;
 }
@@ -1684,7 +1694,7 @@ static int check_history(pg_store *s, int64_t end)
     if ((rc = pg_run(&res, state, s, LEASE_PG_HISTORY_CHECK, 1, v,
                      "read the history table", end)) < 0)
         return history_unreadable(s, state, rc, "read the definition of");
-    if (PQntuples(res) != 1 || PQgetvalue(res, 0, 0)[0] != 't') {
+    if (PQntuples(res) != 1 || !pg_true(res, 0, 0)) {
         PQclear(res);
         snprintf(why, sizeof(why), "table %s is not a grant history table (it "
                  "needs the columns resource_key, fencing_token, owner_id, "
@@ -1693,7 +1703,7 @@ static int check_history(pg_store *s, int64_t end)
                  "with history_table=NAME", s->history_table);
         return no_history(s, why);
     }
-    if (PQgetvalue(res, 0, 1)[0] != 't') {
+    if (!pg_true(res, 0, 1)) {
         PQclear(res);
         snprintf(why, sizeof(why), "this role may not select, insert, update "
                  "and delete in table %s; grant it that and open the store "
@@ -1722,7 +1732,7 @@ static int setup_history(pg_store *s, int64_t end)
     if ((rc = pg_run(&res, state, s, LEASE_PG_HISTORY_EXISTS, 1, v,
                      "look for the history table", end)) < 0)
         return history_unreadable(s, state, rc, "look for");
-    exists = PQntuples(res) == 1 && PQgetvalue(res, 0, 0)[0] == 't';
+    exists = PQntuples(res) == 1 && pg_true(res, 0, 0);
     PQclear(res);
     if (!exists && ((rc = create_history(s, end)) < 0 || s->history_why))
         return rc;
@@ -2147,12 +2157,12 @@ static int pg_row_info(lease_info *out, const PGresult *res, int row)
     return pg_u64(&out->ttl_ms, res, row, 5, 1, LEASE__MS_MAX, 1, "ttl");
 }
 
-static int pg_unlisten(pg_store *s)
+static int pg_unlisten(pg_store *s, int64_t end)
 {
     int rc = 0;
 
     if (s->listening && s->conn) {
-        rc = pg_command(s, "UNLISTEN " NOTIFY_CHANNEL, "unlisten", call_end(s));
+        rc = pg_command(s, "UNLISTEN " NOTIFY_CHANNEL, "unlisten", end);
         s->listening = 0;
     }
     return rc;
@@ -2221,14 +2231,14 @@ static int acquire_exec(PGresult **res, pg_store *s, const char *const *v, int64
 /* An acquire statement's answer (taken): 1 and *out for a grant, 0 for
  * none (busy), or an error. */
 static int acquire_answer(lease_grant *out, pg_store *s, const lease_request *req,
-                          PGresult *res)
+                          PGresult *res, int64_t end)
 {
     int rc = pg_want(res, s->tokens == LEASE__TOKENS_CLOCK ? 2 : 1, 1, "acquire");
 
     if (rc == 0 && PQntuples(res) == 1 && (rc = pg_granted(out, s, req, res)) == 0) {
         /* A waiter that got the lease stops listening: an idle listener
          * would pile notifications up on its socket. */
-        pg_unlisten(s);
+        pg_unlisten(s, end);
         rc = 1;
     }
     PQclear(res);
@@ -2273,7 +2283,7 @@ static int pg_acquire(lease_grant *out, lease_info *holder, lease_store *base,
     v[3] = pg_enc(el, req->label);
     v[4] = ttl_ms;
     if ((rc = acquire_exec(&res, s, v, end)) < 0 ||
-        (rc = acquire_answer(out, s, req, res)) != 0)
+        (rc = acquire_answer(out, s, req, res, end)) != 0)
         return rc < 0 ? rc : 0;
     if ((rc = exec_prepared_by(&res, s, ST_HOLDER, v, NULL, NULL, "acquire", end)) < 0)
         return rc;
@@ -2290,7 +2300,7 @@ static int pg_acquire(lease_grant *out, lease_info *holder, lease_store *base,
     if (held || !s->deferred)
         return LEASE_EBUSY;
     if ((rc = exec_prepared_by(&res, s, ST_TAKEOVER, v, NULL, NULL, "acquire", end)) < 0 ||
-        (rc = acquire_answer(out, s, req, res)) < 0)
+        (rc = acquire_answer(out, s, req, res, end)) < 0)
         return rc;
     if (rc == 0)
         return LEASE_EBUSY; /* taken by another in between */
@@ -2726,11 +2736,14 @@ static int pg_data_get(void **value, size_t *len, uint64_t *token,
     return 0;
 }
 
-static int64_t val_i64(const PGresult *res, int row, int col)
+/* A time in the history, ms since the epoch: NULL (not known) is 0. */
+static int pg_ms(int64_t *out, const PGresult *res, int row, int col, const char *what)
 {
-    const char *v = PQgetvalue(res, row, col);
+    uint64_t x;
+    int rc = pg_u64(&x, res, row, col, 0, INT64_MAX, 1, what);
 
-    return (v && *v) ? strtoll(v, NULL, 10) : 0;
+    *out = (int64_t)x;
+    return rc;
 }
 
 static int no_history_err(pg_store *s)
@@ -2753,7 +2766,8 @@ static int pg_history_row(lease_history_entry *e, const PGresult *res, int i)
         (rc = pg_u64(&e->ttl_ms, res, i, 3, 1, LEASE__MS_MAX, 0, "history's ttl")) < 0)
         return rc;
     val_text(e->label, sizeof(e->label), res, i, 2);
-    e->acquired_ms = val_i64(res, i, 4);
+    if ((rc = pg_ms(&e->acquired_ms, res, i, 4, "history's acquired time")) < 0)
+        return rc;
     how = PQgetisnull(res, i, 5) ? LEASE_ENDED_HELD
           : strcmp(ended, "released") == 0 ? LEASE_ENDED_RELEASED
           : strcmp(ended, "lost") == 0     ? LEASE_ENDED_LOST
@@ -2763,8 +2777,9 @@ static int pg_history_row(lease_history_entry *e, const PGresult *res, int i)
         return lease__seterr(LEASE_ESTORE, "postgres answered an unknown end "
                              "of a grant in the history");
     e->ended = (lease_ended)how;
-    e->ended_ms = e->ended == LEASE_ENDED_HELD ? 0 : val_i64(res, i, 6);
-    return 0;
+    if (e->ended == LEASE_ENDED_HELD)
+        return 0;
+    return pg_ms(&e->ended_ms, res, i, 6, "history's end time");
 }
 
 static int pg_history(lease_history_entry *out, size_t *n, lease_store *base,
@@ -2831,6 +2846,19 @@ static int finish_txn(pg_store *s, int cbrc, int64_t end)
                              "the transaction failed inside the callback; "
                              "nothing was committed");
     }
+    /* Past the handle's timeout (the callback took it, or the statements
+     * before it): a COMMIT sent now would get no more than the answer's
+     * grace, and without its answer nobody could say whether the writes
+     * committed. Roll back instead, within that grace (or drop the
+     * connection, which rolls back too): the answer is certain. */
+    if (lease_clock_ns() >= end - (int64_t)ANSWER_GRACE_MS * 1000000) {
+        pg_command(s, "ROLLBACK", "rollback", end);
+        return lease__seterr(LEASE_ETIMEOUT,
+                             "the transaction outlived the handle's timeout "
+                             "(%llu ms) before its commit; rolled back, nothing "
+                             "was committed",
+                             (unsigned long long)s->parent.timeout_ms);
+    }
     if ((rc = pg_run(&res, state, s, "COMMIT", 0, NULL, "commit", end)) < 0)
         return rc;
     /* A COMMIT of a failed transaction answers ROLLBACK: not a success. */
@@ -2857,8 +2885,8 @@ static int pg_guarded_txn(lease_store *base, const char *key, const char *owner,
         return rc;
     /* the reference pattern: lock and validate the lease row, exactly one
      * row, under the bounded lock_timeout and statement_timeout. */
-    if ((rc = exec_prepared(&res, s, ST_CHECK_HOLDER, v, NULL, NULL,
-                            "guarded transaction")) < 0) {
+    if ((rc = exec_prepared_by(&res, s, ST_CHECK_HOLDER, v, NULL, NULL,
+                               "guarded transaction", end)) < 0) {
         if (s->conn)
             pg_command(s, "ROLLBACK", "rollback", end);
         return rc;
@@ -2899,7 +2927,7 @@ static int pg_advisory_txn(lease_store *base, int64_t lock_key, int try_only,
             pg_command(s, "ROLLBACK", "rollback", end);
         return rc;
     }
-    if (PQgetvalue(res, 0, try_only ? 0 : 1)[0] != 't') {
+    if (!pg_true(res, 0, try_only ? 0 : 1)) {
         PQclear(res);
         pg_command(s, "ROLLBACK", "rollback", end);
         return lease__seterr(LEASE_EBUSY, "advisory lock %lld is held by "
@@ -2914,13 +2942,14 @@ static int pg_advisory_txn(lease_store *base, int64_t lock_key, int try_only,
  * statement of its own (a snapshot taken after the lock), see whether the
  * key is held. 1 when it is free: no release will come, try again now.
  */
-static int pg_wait_lock(pg_store *s, const char *stored)
+static int pg_wait_lock(pg_store *s, const char *stored, int64_t end)
 {
     const char *v[1] = { stored };
     PGresult *res;
     int rc, n;
 
-    if ((rc = exec_prepared(&res, s, ST_WAIT_LOCK, v, NULL, NULL, "announce a wait")) < 0)
+    if ((rc = exec_prepared_by(&res, s, ST_WAIT_LOCK, v, NULL, NULL, "announce a wait",
+                               end)) < 0)
         return rc;
     s->wait_locked = 1; /* it answered: taken, whatever the answer says */
     rc = pg_want(res, 2, 1, "announce a wait");
@@ -2929,7 +2958,8 @@ static int pg_wait_lock(pg_store *s, const char *stored)
     if (rc < 0 || n != 1)
         return rc < 0 ? rc : lease__seterr(LEASE_ESTORE, "postgres announce a "
                                            "wait: no row");
-    if ((rc = exec_prepared(&res, s, ST_HOLDER, v, NULL, NULL, "announce a wait")) < 0)
+    if ((rc = exec_prepared_by(&res, s, ST_HOLDER, v, NULL, NULL, "announce a wait",
+                               end)) < 0)
         return rc;
     rc = pg_want(res, 5, 1, "announce a wait");
     n = PQntuples(res);
@@ -2945,17 +2975,19 @@ static int pg_wait_lock(pg_store *s, const char *stored)
  * the column was added releases checking the lock only. 1 when the key is
  * free already: no release will come, try again now.
  */
-static int pg_announce(pg_store *s, const char *stored, uint64_t timeout_ms)
+static int pg_announce(pg_store *s, const char *stored, uint64_t timeout_ms,
+                       int64_t end)
 {
     char until[48];
     const char *v[2] = { stored, until };
     PGresult *res;
     int rc, n;
 
-    if ((rc = pg_wait_lock(s, stored)) != 0 || s->sql[ST_ANNOUNCE] == NULL)
+    if ((rc = pg_wait_lock(s, stored, end)) != 0 || s->sql[ST_ANNOUNCE] == NULL)
         return rc;
     ttl_text(until, sizeof(until), timeout_ms);
-    if ((rc = exec_prepared(&res, s, ST_ANNOUNCE, v, NULL, NULL, "announce a wait")) < 0)
+    if ((rc = exec_prepared_by(&res, s, ST_ANNOUNCE, v, NULL, NULL, "announce a wait",
+                               end)) < 0)
         return rc;
     rc = pg_want(res, 1, 1, "announce a wait");
     n = PQntuples(res);
@@ -2972,19 +3004,20 @@ static int pg_announce(pg_store *s, const char *stored, uint64_t timeout_ms)
 static int pg_wait_done(pg_store *s, const char *stored)
 {
     const char *v[1] = { stored };
+    int64_t end = call_end(s); /* the two statements in one bound */
     PGresult *res;
     int rc;
 
     if (s->wait_locked && s->conn) {
         s->wait_locked = 0;
-        if ((rc = exec_prepared(&res, s, ST_WAIT_UNLOCK, v, NULL, NULL,
-                                "end a wait")) < 0) {
+        if ((rc = exec_prepared_by(&res, s, ST_WAIT_UNLOCK, v, NULL, NULL,
+                                   "end a wait", end)) < 0) {
             pg_drop(s);
             return rc;
         }
         PQclear(res);
     }
-    return pg_unlisten(s);
+    return pg_unlisten(s, end);
 }
 
 /* A wait that failed half-way: the connection, if it still works, stops
@@ -3008,18 +3041,19 @@ static int pg_wait_release(lease_store *base, const char *key, uint64_t timeout_
     int64_t end = lease_clock_ns() + (int64_t)timeout_ms * 1000000;
     char ek[ENC_SIZE];
     const char *stored = pg_enc(ek, key); /* notifications carry this form */
+    int64_t setup = call_end(s); /* connect, listen and announce: one bound */
     int rc;
 
-    if ((rc = pg_ensure(s, call_end(s))) < 0)
+    if ((rc = pg_ensure(s, setup)) < 0)
         return rc;
     if (!s->listening) {
-        if ((rc = pg_command(s, "LISTEN " NOTIFY_CHANNEL, "listen", call_end(s))) < 0)
+        if ((rc = pg_command(s, "LISTEN " NOTIFY_CHANNEL, "listen", setup)) < 0)
             return rc;
         s->listening = 1;
     }
     /* A failed announce too stops listening, or every release in the
      * database would pile up on a connection that may never wait again. */
-    if ((rc = pg_announce(s, stored, timeout_ms)) != 0)
+    if ((rc = pg_announce(s, stored, timeout_ms, setup)) != 0)
         return rc < 0 ? pg_wait_failed(s, stored, rc) : pg_wait_done(s, stored);
     /* Bounded by `end`: each pass polls at most until then. */
     for (;;) {

@@ -11,6 +11,7 @@
 #     generous bound; --timeout is 1 s);
 #   - a fencing token that is 0, negative, above 2^63-1, not a number or
 #     NULL is LEASE_ESTORE (exit 6) naming the fencing token, never a grant;
+#     catalog answers with a column missing are read as "not there";
 #   - a bad URL parameter is exit 2 before any connection, even when the
 #     server is unreachable;
 #   - a `lease run` child holds no descriptor of the store's connection;
@@ -75,6 +76,14 @@ for token in 0 -1 9223372036854775808 18446744073709551617 abc "7x" NULL; do
     assert_not_contains "$OUT" "\"token\"" "token '$token': no grant printed"
     assert_not_contains "$OUT$ERR" "$PW" "token '$token': the password"
 done
+
+# Catalog answers with fewer columns than asked: read as "not there"
+# (no label or ttl column, no usable history), never past the answer.
+start_fake narrow
+call "$LEASE" --timeout 5s --store "postgres://u:$PW@127.0.0.1:$PORT/db" acquire k --json
+expect_rc 0 "catalog answers one column short: the lease is granted all the same"
+assert_eq "$(printf '%s' "$OUT" | jq -r .token 2>/dev/null)" 7 "one column short: token 7 read back"
+assert_not_contains "$OUT$ERR" "$PW" "one column short: the password"
 
 section "bad input is exit 2 before any connection"
 for url in "postgres://u:$PW@127.0.0.1:1/db?lease_table=bad;name" \

@@ -24,6 +24,7 @@ typedef struct txn_probe {
     const char *extra_sql; /* run after the insert (may fail on purpose) */
     char extra_state[8];
     int64_t extra_ms;
+    int64_t sleep_ms;   /* client-side, after the writes: no statement runs */
 } txn_probe;
 
 static void show(PGconn *c, const char *what, char *out, size_t size)
@@ -76,6 +77,8 @@ static int txn_cb(void *native, void *payload)
                      ? PQresultErrorField(r, PG_DIAG_SQLSTATE) : "ok");
         PQclear(r);
     }
+    if (p->sleep_ms)
+        conf_sleep_ms(p->sleep_ms);
     return p->ret;
 }
 
@@ -290,6 +293,21 @@ void test_guarded_txn_timeouts(void **state)
                  lease_errmsg());
     assert_int_equal(p.calls, 0);
     raw_ok(locker, "ROLLBACK");
+
+    /* A callback that outlives the timeout in the client (no statement
+     * to cancel): no COMMIT whose answer could not come in time, but a
+     * rollback, ETIMEOUT, and nothing written; the handle works after. */
+    memset(&p, 0, sizeof(p));
+    p.table = table;
+    p.value = "late";
+    p.sleep_ms = 600;
+    lease_error_clear();
+    rc = lease_guarded_txn(conf_store, &g, txn_cb, &p);
+    if (rc != LEASE_ETIMEOUT)
+        fail_msg("a callback of 600 ms, timeout 300 ms: expected ETIMEOUT, got %s (%s)",
+                 lease_error_name(rc), lease_errmsg());
+    assert_int_equal(p.calls, 1);
+    assert_int_equal(count_value(c, table, "late"), 0);
 
     CHECK_RC(0, lease_store_set_timeout(conf_store, 5000));
     memset(&p, 0, sizeof(p));

@@ -128,10 +128,19 @@ typedef struct {
     size_t len, cap;
 } redis_out;
 
+/* What one reply has cost so far (see redis_budget_install). */
+typedef struct {
+    redisReplyObjectFunctions fn;          /* ours, forwarding to... */
+    const redisReplyObjectFunctions *base; /* ...hiredis's own */
+    size_t objects, bytes;
+    int over;                              /* refused one past the budget */
+} redis_budget;
+
 typedef struct {
     lease_store parent;
     redisContext *ctx;      /* commands */
     redisContext *sub;      /* pub/sub, opened by the first wait */
+    redis_budget ctx_budget, sub_budget;
     int sub_dirty;          /* sub may hold part of a message */
     char host[256];
     int port;
@@ -291,6 +300,100 @@ static int redis_poll(redis_store *s, redisContext *c, short events,
 /* Arrays longer than this are refused: the longest a call expects is a
  * SCAN batch (COUNT 500) or a history (LEASE_HISTORY_KEEP entries). */
 #define REDIS_ARRAY_MAX (1u << 20)
+
+/*
+ * redis_check_headers (below) sees only what is buffered and not parsed
+ * yet; what hiredis has parsed it keeps as objects, one per element, with
+ * no limit of its own on their number or total size: an array of a
+ * million 64 MiB strings, each of them acceptable, would take gigabytes.
+ * So hiredis's reply functions are wrapped, per connection, to count what
+ * one reply has made, and to refuse an object past REDIS_ARRAY_MAX objects
+ * or REDIS_REPLY_BYTES_MAX bytes (hiredis then fails the read, and the
+ * connection is dropped). The count starts again with each reply.
+ */
+static int budget_take(const redisReadTask *t, size_t bytes)
+{
+    redis_budget *b = t->privdata;
+
+    if (b->over || b->objects >= REDIS_ARRAY_MAX || bytes > REDIS_REPLY_BYTES_MAX - b->bytes) {
+        b->over = 1;
+        return -1;
+    }
+    b->objects++;
+    b->bytes += bytes;
+    return 0;
+}
+
+static void *budget_string(const redisReadTask *t, char *str, size_t len)
+{
+    redis_budget *b = t->privdata;
+
+    return budget_take(t, len) < 0 ? NULL : b->base->createString(t, str, len);
+}
+
+static void *budget_array(const redisReadTask *t, int elements)
+{
+    redis_budget *b = t->privdata;
+    size_t n = elements > 0 ? (size_t)elements : 0;
+
+    return budget_take(t, n * sizeof(void *)) < 0 ? NULL : b->base->createArray(t, elements);
+}
+
+static void *budget_integer(const redisReadTask *t, long long value)
+{
+    redis_budget *b = t->privdata;
+
+    return budget_take(t, 0) < 0 ? NULL : b->base->createInteger(t, value);
+}
+
+static void *budget_nil(const redisReadTask *t)
+{
+    redis_budget *b = t->privdata;
+
+    return budget_take(t, 0) < 0 ? NULL : b->base->createNil(t);
+}
+
+static void budget_reset(redisContext *c)
+{
+    redis_budget *b = c->reader->privdata;
+
+    if (b != NULL) {
+        b->objects = b->bytes = 0;
+        b->over = 0;
+    }
+}
+
+/* On a new connection, before its first reply (AUTH's). */
+static void redis_budget_install(redisContext *c, redis_budget *b)
+{
+    memset(b, 0, sizeof(*b));
+    b->base = c->reader->fn;
+    if (b->base == NULL)
+        return; /* no objects made: nothing to count */
+    b->fn.createString = budget_string;
+    b->fn.createArray = budget_array;
+    b->fn.createInteger = budget_integer;
+    b->fn.createNil = budget_nil;
+    b->fn.freeObject = b->base->freeObject;
+    c->reader->fn = &b->fn;
+    c->reader->privdata = b;
+}
+
+/* hiredis failed to parse: a reply past the budget says so, anything else
+ * is the context's error. */
+static int redis_parse_failed(redis_store *s, redisContext *c, const char *what)
+{
+    redis_budget *b = c->reader->privdata;
+    int rc;
+
+    if (b == NULL || !b->over)
+        return redis_fail_ctx(s, c, what);
+    rc = lease__seterr(LEASE_ESTORE, "redis %s: malformed answer: a reply of more than "
+                       "%u objects or %zu bytes, more than the store ever asks for",
+                       what, REDIS_ARRAY_MAX, REDIS_REPLY_BYTES_MAX);
+    redis_forget(s, c);
+    return rc;
+}
 
 /*
  * hiredis allocates an array for the length a header announces before any
@@ -478,9 +581,11 @@ static int redis_read(redisReply **out, redis_store *s, redisContext *c,
         if ((rc = redis_check_headers(s, c, what)) < 0)
             return rc;
         if (redisGetReplyFromReader(c, &reply) != REDIS_OK)
-            return redis_fail_ctx(s, c, what);
-        if (reply != NULL)
+            return redis_parse_failed(s, c, what);
+        if (reply != NULL) {
+            budget_reset(c);
             break;
+        }
         if (c->reader->len > REDIS_REPLY_BYTES_MAX) {
             rc = lease__seterr(LEASE_ESTORE, "redis %s: reply larger than %zu bytes",
                                what, REDIS_REPLY_BYTES_MAX);
@@ -569,7 +674,7 @@ static int redis_auth(redis_store *s, redisContext *c)
     return rc;
 }
 
-static redisContext *connect_one(redis_store *s, int *rc)
+static redisContext *connect_one(redis_store *s, redis_budget *budget, int *rc)
 {
     int64_t left = redis_left_ms(s);
     redisContext *c;
@@ -584,6 +689,8 @@ static redisContext *connect_one(redis_store *s, int *rc)
         *rc = lease__seterr(LEASE_ENOMEM, "out of memory");
         return NULL;
     }
+    if (c->err == 0)
+        redis_budget_install(c, budget);
     if (c->err == 0 && redis_prepare_fd(c) < 0) {
         *rc = lease__seterr(LEASE_ESTORE, "redis %s: cannot set up the socket: %s",
                             s->parent.url_redacted, strerror(errno));
@@ -682,7 +789,7 @@ static int redis_ensure(redis_store *s)
 
     if (s->ctx)
         return 0;
-    if ((s->ctx = connect_one(s, &rc)) == NULL)
+    if ((s->ctx = connect_one(s, &s->ctx_budget, &rc)) == NULL)
         return rc;
     if ((rc = load_scripts(s)) < 0) {
         redis_drop(s);
@@ -1610,8 +1717,9 @@ static int sub_read(redisReply **out, redis_store *s)
         if ((rc = redis_check_headers(s, c, "wait for release")) < 0)
             return rc;
         if (redisGetReplyFromReader(c, &reply) != REDIS_OK)
-            return redis_fail_ctx(s, c, "wait for release");
+            return redis_parse_failed(s, c, "wait for release");
         if (reply != NULL) {
+            budget_reset(c);
             if (c->reader->pos == c->reader->len)
                 s->sub_dirty = 0;
             *out = reply;
@@ -1654,7 +1762,7 @@ static int redis_wait_release(lease_store *base, const char *key,
         const char *a[2] = { "SUBSCRIBE", s->chan };
 
         redis_begin(s);
-        if ((s->sub = connect_one(s, &rc)) == NULL)
+        if ((s->sub = connect_one(s, &s->sub_budget, &rc)) == NULL)
             return rc;
         if ((rc = redis_simple(s, s->sub, "subscribe", 2, a)) < 0) {
             redis_drop_sub(s);

@@ -17,6 +17,9 @@ AUTH and SELECT +OK, PING +PONG), except:
                      server serves many cases).
   --trickle S        send each reply one byte at a time, S seconds apart
                      (only for the commands named by --trickle-only, if any).
+  --big CMD=N:SIZE   answer CMD with an array of N strings of SIZE bytes
+                     each (N integers when SIZE is 0), made as it is sent:
+                     a reply too large to give on the command line.
 It exits by itself after --lifetime seconds (default 60), so a test that
 forgets it leaves nothing behind.
 """
@@ -87,6 +90,16 @@ def answer(argv, replies, opts):
     return DEFAULTS.get(name, b"-ERR unknown command\r\n")
 
 
+def send_big(conn, spec):
+    """An array of n strings of size bytes (integers when size is 0)."""
+    n, size = (int(x) for x in spec.split(":"))
+    conn.sendall(b"*%d\r\n" % n)
+    item = b":1\r\n" if size == 0 else b"$%d\r\n%s\r\n" % (size, b"x" * size)
+    batch = max(1, (1 << 20) // len(item))
+    for i in range(0, n, batch):  # bounded by n
+        conn.sendall(item * min(batch, n - i))
+
+
 def serve(conn, opts, replies):
     f = conn.makefile("rb")
     try:
@@ -94,10 +107,13 @@ def serve(conn, opts, replies):
             argv = read_command(f)
             if argv is None:
                 return
+            name = argv[0].decode("latin-1").upper()
+            if name in opts.big:
+                send_big(conn, opts.big[name])
+                continue
             reply = answer(argv, replies, opts)
             if reply == b"CLOSE":
                 return
-            name = argv[0].decode("latin-1").upper()
             slow = opts.trickle > 0 and (not opts.trickle_only or
                                          name in opts.trickle_only)
             if not slow:
@@ -121,7 +137,9 @@ def main():
     p.add_argument("--reply", action="append", default=[])
     p.add_argument("--replies")
     p.add_argument("--lifetime", type=float, default=60)
+    p.add_argument("--big", action="append", default=[])
     opts = p.parse_args()
+    opts.big = dict((c.upper(), v) for c, _, v in (b.partition("=") for b in opts.big))
     opts.trickle_only = [c.upper() for c in opts.trickle_only]
     replies = {}
     for r in opts.reply:

@@ -7,8 +7,9 @@
 # (b) a grant or renewal that arrives complete but after its own local
 #     deadline (ttl shorter than the trickle) is never a success;
 # (c) malformed answers (SCAN cursor as an integer, tokens of 0, negative,
-#     above 2^63-1, nil, wrong types, wrong sizes, no expiry) exit 6 with a
-#     message naming what was wrong, never crash, EBUSY or success;
+#     above 2^63-1, nil, wrong types, wrong sizes, no expiry, a reply larger
+#     as a whole than any the store asks for) exit 6 with a message naming
+#     what was wrong, never crash, EBUSY or success;
 # (d) ?password_file=PATH: a 0600 file works, a group/other-readable one is
 #     refused with exit 2, and no password read from it - nor one in the URL
 #     - appears when a server echoes it in an error;
@@ -149,6 +150,18 @@ printf '%s\n' 'EVALSHA=*2\r\n:1\r\n$5\r\n12' >"$T/replies"
 call "$LEASE" --store "$FAKE_URL" --timeout 1s acquire k --ttl 10s
 no_crash "acquire: reply cut short"
 expect_rc_in "6 7" "acquire: reply cut short"
+# Every string and array within bounds, the reply as a whole not: what
+# hiredis has parsed counts too (two strings of 40 MiB; a million and
+# one objects), refused before it is all in memory.
+for big in 2:41943040 1048576:0; do
+    fake_stop
+    fake_start --big "EVALSHA=$big"
+    call "$LEASE" --store "$FAKE_URL" --timeout 10s acquire k --ttl 10s
+    no_crash "acquire: an array of $big"
+    expect_error 6 "acquire: an array of $big"
+    assert_contains "$ERR" "more than the store ever asks for" \
+        "acquire: an array of $big, refused as too large"
+done
 
 section "(d) password_file= and passwords echoed by a server"
 redis_start pw || die "cannot start a Redis server"

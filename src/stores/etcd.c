@@ -2348,16 +2348,15 @@ static int etcd_move_to_new_lease(uint64_t *granted_ms, etcd_store *s, const cha
     return 0;
 }
 
-static int etcd_renew(uint64_t *granted_ms, lease_store *base, const char *key,
-                      const char *owner, uint64_t token, uint64_t ttl_ms)
+/* A renew within the call's deadline, set by the caller (etcd_begin). */
+static int etcd_renew_one(uint64_t *granted_ms, etcd_store *s, const char *key,
+                          const char *owner, uint64_t token, uint64_t ttl_ms)
 {
-    etcd_store *s = (etcd_store *)base;
     uint64_t current = 0;
     int64_t id, t0;
     pool_lease *p;
     int rc;
 
-    etcd_begin(s);
     if ((rc = etcd_holder_lease(&id, s, key, owner, token, "renew")) < 0)
         return rc;
     t0 = lease_clock_ns();
@@ -2385,6 +2384,15 @@ static int etcd_renew(uint64_t *granted_ms, lease_store *base, const char *key,
         return etcd_move_to_new_lease(granted_ms, s, key, owner, token, ttl_ms, id);
     *granted_ms = current;
     return 0;
+}
+
+static int etcd_renew(uint64_t *granted_ms, lease_store *base, const char *key,
+                      const char *owner, uint64_t token, uint64_t ttl_ms)
+{
+    etcd_store *s = (etcd_store *)base;
+
+    etcd_begin(s);
+    return etcd_renew_one(granted_ms, s, key, owner, token, ttl_ms);
 }
 
 static int etcd_release(lease_store *base, const char *key, const char *owner,
@@ -3416,13 +3424,15 @@ static int etcd_renew_many(int *results, uint64_t *granted_ms, lease_store *base
     size_t i;
     int rc;
 
+    /* One call, one deadline: without a shared lease, grant after grant
+     * within it (those past it fail at once, uncertain). */
+    etcd_begin(s);
     if (!s->shared) {
         for (i = 0; i < n; i++)
-            results[i] = etcd_renew(&granted_ms[i], base, grants[i].key, grants[i].owner,
-                                    grants[i].token, ttl_ms);
+            results[i] = etcd_renew_one(&granted_ms[i], s, grants[i].key, grants[i].owner,
+                                        grants[i].token, ttl_ms);
         return 0;
     }
-    etcd_begin(s);
     if (s->shared_id == 0)
         return etcd_all_lost(results, granted_ms, s, n);
     if ((rc = etcd_keepalive(&ttl, s, s->shared_id)) < 0)

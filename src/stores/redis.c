@@ -396,49 +396,82 @@ static int redis_parse_failed(redis_store *s, redisContext *c, const char *what)
 }
 
 /*
+ * The type of the item hiredis is in the middle of, as its type byte ('$',
+ * '*', or '+' for any other line), or 0 when it is at the start of one:
+ * hiredis consumes an item's type byte as soon as it has come, and the rest
+ * of the header only once its line (and, for a string, its content) is
+ * whole, so its cursor can sit just after a type byte.
+ */
+static char redis_pending_type(const redisReader *r)
+{
+    const redisReadTask *t;
+
+    if (r->ridx < 0)
+        return 0;
+#if HIREDIS_MAJOR >= 1
+    if (r->task == NULL || r->ridx >= r->tasks || r->task[r->ridx] == NULL)
+        return 0;
+    t = r->task[r->ridx];
+#else
+    if (r->ridx >= (int)(sizeof(r->rstack) / sizeof(r->rstack[0])))
+        return 0;
+    t = &r->rstack[r->ridx];
+#endif
+    if (t->type < 0)
+        return 0;
+    return t->type == REDIS_REPLY_STRING ? '$' : t->type == REDIS_REPLY_ARRAY ? '*' : '+';
+}
+
+/*
  * hiredis allocates an array for the length a header announces before any
  * element has come, and keeps no limit of its own: a server could ask it for
  * gigabytes with a few bytes. So the headers of what is buffered and not yet
- * parsed are checked first (hiredis consumes whole items only, so its
- * cursor is always at the start of one). 0 when they are sound so far.
+ * parsed are checked first; the first may have lost its type byte to
+ * hiredis already (redis_pending_type). 0 when they are sound so far.
  */
 static int redis_check_headers(redis_store *s, redisContext *c, const char *what)
 {
     const char *p = c->reader->buf + c->reader->pos;
     const char *end = c->reader->buf + c->reader->len;
+    char type = redis_pending_type(c->reader);
     int rc;
 
     /* Bounded: every pass moves p forward by a line at least. */
     while (p < end) {
         const char *nl = memchr(p, '\n', (size_t)(end - p));
+        const char *digits;
         char num[24];
         size_t n;
         long long v = 0;
 
         if (nl == NULL)
             return 0; /* the rest of the header is still to come */
+        if (type == 0)
+            type = *p++;
+        digits = p;
         /* The bytes between the type and the newline ("\r" included). */
-        n = (size_t)(nl - p) > 0 ? (size_t)(nl - p) - 1 : 0;
-        if ((*p == '*' || *p == '$') && n >= sizeof(num))
+        n = nl > digits ? (size_t)(nl - digits) - 1 : 0;
+        if ((type == '*' || type == '$') && n >= sizeof(num))
             break; /* no length of a sane reply is that long */
-        memcpy(num, p + 1, n < sizeof(num) ? n : 0);
+        memcpy(num, digits, n < sizeof(num) ? n : 0);
         num[n < sizeof(num) ? n : 0] = '\0';
-        if (*p == '*' || *p == '$')
+        if (type == '*' || type == '$')
             v = strtoll(num, NULL, 10);
-        if ((*p == '*' && v > (long long)REDIS_ARRAY_MAX) ||
-            (*p == '$' && v > (long long)REDIS_REPLY_BYTES_MAX))
+        if ((type == '*' && v > (long long)REDIS_ARRAY_MAX) ||
+            (type == '$' && v > (long long)REDIS_REPLY_BYTES_MAX))
             break;
-        if (*p == '$' && v >= 0) {
+        if (type == '$' && v >= 0) {
             if ((size_t)(end - nl - 1) < (size_t)v + 2)
                 return 0; /* the payload is still to come */
             nl += v + 2;
         }
         p = nl + 1;
+        type = 0;
     }
     if (p >= end)
         return 0;
-    rc = redis_odd(what, *p == '*' ? "an array longer than the store ever sends"
-                                   : "a string longer than the store ever sends");
+    rc = redis_odd(what, type == '*' ? "an array longer than the store ever sends"
+                                     : "a string longer than the store ever sends");
     redis_forget(s, c);
     return rc;
 }

@@ -163,6 +163,23 @@ for big in 2:41943040 1048576:0; do
         "acquire: an array of $big, refused as too large"
 done
 
+# The same 100 GB string header, one byte at a time: hiredis has taken
+# the '$' before the length comes, and the length is still refused at once
+# (not waited on until the timeout).
+fake_stop
+fake_start --trickle 0.01 --trickle-only EVALSHA --reply 'EVALSHA=*2\r\n:1\r\n$99999999999\r\n'
+call "$LEASE" --store "$FAKE_URL" --timeout 5s acquire k --ttl 10s
+no_crash "acquire: a 100 GB string header, trickled"
+expect_error 6 "acquire: a 100 GB string header, trickled"
+assert_contains "$ERR" "a string longer than the store ever sends" \
+    "acquire: a trickled 100 GB string header, refused at its length"
+fake_stop
+fake_start --trickle 0.01 --trickle-only EVALSHA --reply 'EVALSHA=*2147483647\r\n'
+call "$LEASE" --store "$FAKE_URL" --timeout 5s acquire k --ttl 10s
+expect_error 6 "acquire: a trickled array of 2^31-1 elements"
+assert_contains "$ERR" "an array longer than the store ever sends" \
+    "acquire: a trickled array header of 2^31-1, refused at its length"
+
 section "(d) password_file= and passwords echoed by a server"
 redis_start pw || die "cannot start a Redis server"
 rcli pw config set requirepass "$PW" >/dev/null || die "cannot set a password"

@@ -5,6 +5,7 @@
 #ifndef LEASE_INT_H
 #define LEASE_INT_H
 
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -32,6 +33,13 @@ int lease__not_holder(const char *what, const char *key, uint64_t token,
 /* util/util.c */
 int64_t lease__mono_ns(void);           /* CLOCK_MONOTONIC, for condvars */
 void lease__sleep_ns(int64_t ns);
+/* Wait on cv (made with CLOCK_MONOTONIC), mu held, until `until` on
+ * lease_clock_ns: pthread_cond_timedwait's answer (0 on a wake-up, which
+ * may be spurious: the caller re-checks). Condition variables only take
+ * CLOCK_MONOTONIC, so the BOOTTIME target becomes a relative wait; a
+ * suspend makes it longer, and the caller's deadline check after it
+ * catches what it missed. */
+int lease__cond_wait_until(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t until);
 uint64_t lease__random_u64(void);       /* for jitter; not for identities */
 int lease__check_name(const char *what, const char *name);
 int lease__check_ttl(const lease_store *store, uint64_t ttl_ms);

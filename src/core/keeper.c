@@ -49,18 +49,11 @@ static void lose(lease_keeper *k, int reason)
 /* Sleep until `until` (on lease_clock_ns) or until stopped; 1 if stopped. */
 static int wait_until(lease_keeper *k, int64_t until)
 {
-    int64_t delta = until - lease_clock_ns();
-    int64_t wake = lease__mono_ns() + (delta > 0 ? delta : 0);
-    struct timespec ts;
     int stopped;
 
-    /* Condition variables only take CLOCK_MONOTONIC, so the BOOTTIME
-     * target is turned into a relative wait; a suspend makes the wait
-     * longer, and the deadline check after it catches that. */
-    ts.tv_sec = (time_t)(wake / 1000000000);
-    ts.tv_nsec = (long)(wake % 1000000000);
     pthread_mutex_lock(&k->mu);
-    while (!k->stop && pthread_cond_timedwait(&k->cv, &k->mu, &ts) == 0)
+    /* Bounded: each wait ends by `until`, and a late one leaves the loop. */
+    while (!k->stop && lease__cond_wait_until(&k->cv, &k->mu, until) == 0)
         ;
     stopped = k->stop;
     pthread_mutex_unlock(&k->mu);

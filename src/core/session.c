@@ -387,18 +387,10 @@ static int64_t earliest_deadline(const lease_session *s)
 }
 
 /* Under mu: wait until `until` (on lease_clock_ns), a stop, or a spurious
- * wake-up; the caller re-checks. Condition variables only take
- * CLOCK_MONOTONIC: the BOOTTIME target becomes a relative wait, and the
- * deadline check after a suspend catches what it missed. */
+ * wake-up; the caller re-checks. */
 static void wait_locked(lease_session *s, pthread_cond_t *cv, int64_t until)
 {
-    int64_t delta = until - lease_clock_ns();
-    int64_t wake = lease__mono_ns() + (delta > 0 ? delta : 0);
-    struct timespec ts;
-
-    ts.tv_sec = (time_t)(wake / 1000000000);
-    ts.tv_nsec = (long)(wake % 1000000000);
-    (void)pthread_cond_timedwait(cv, &s->mu, &ts);
+    (void)lease__cond_wait_until(cv, &s->mu, until);
 }
 
 /* A renewal that answers after the deadline is worthless: bound the call

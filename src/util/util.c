@@ -2,6 +2,7 @@
  * util.c - clocks, randomness, argument checks and the parsers.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,6 +31,17 @@ int64_t lease__mono_ns(void)
 
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+int lease__cond_wait_until(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t until)
+{
+    int64_t delta = until - lease_clock_ns();
+    int64_t wake = lease__mono_ns() + (delta > 0 ? delta : 0);
+    struct timespec ts;
+
+    ts.tv_sec = (time_t)(wake / 1000000000);
+    ts.tv_nsec = (long)(wake % 1000000000);
+    return pthread_cond_timedwait(cv, mu, &ts);
 }
 
 void lease__sleep_ns(int64_t ns)

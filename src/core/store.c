@@ -560,10 +560,10 @@ int lease_store_set_timeout(lease_store *s, uint64_t timeout_ms)
         return lease__seterr(LEASE_EINVALID,
                              "timeout must be between 1 ms and 24 h");
     /* Unchanged: nothing to tell the store. A keeper or a session sets the
-     * bound before every renewal, and a store may pay a round trip for it
-     * (PostgreSQL's statement_timeout), which would double each renewal.
-     * The store applied the value when it was set, and again at each
-     * reconnection. */
+     * bound before every renewal. The stores here read the value at each
+     * call (PostgreSQL sends its server-side timeouts with the next call,
+     * within that call's bound, when they differ); the slot is for a store
+     * that must be told at once. */
     if (timeout_ms == s->timeout_ms)
         return 0;
     old = s->timeout_ms;

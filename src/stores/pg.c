@@ -145,6 +145,7 @@ typedef struct {
     int deferred;          /* the history is written when grants end */
     char *sql[ST_COUNT];
     int prepared;          /* statements prepared on this connection */
+    uint64_t server_timeout_ms; /* the server's statement and lock timeouts */
     int listening;
     int wait_locked;       /* holds a waiter's advisory lock (sql_wait_lock) */
     char state[6];         /* SQLSTATE of the last failed prepared statement */
@@ -160,6 +161,7 @@ static void pg_drop(pg_store *s)
     s->prepared = 0;
     s->listening = 0;
     s->wait_locked = 0; /* a session lock ends with its session */
+    s->server_timeout_ms = 0;
 }
 
 /* libpq's messages may end with a newline; keep them on one line. */
@@ -358,6 +360,8 @@ static int set_server_timeouts(pg_store *s, int64_t end)
              "set_config('lock_timeout', $1, false)",
              1, v, "set timeouts", end);
     PQclear(res);
+    if (rc == 0)
+        s->server_timeout_ms = s->parent.timeout_ms;
     return rc;
 }
 
@@ -416,8 +420,13 @@ static int pg_ensure(pg_store *s, int64_t end)
 {
     int rc;
 
+    /* A changed handle timeout reaches the server here, within the call's
+     * bound: sent when it changed, its round trip would have a bound of its
+     * own, which a keeper shrinking its bound ahead of a renewal would wait
+     * on as well. */
     if (s->conn && PQstatus(s->conn) == CONNECTION_OK && s->prepared)
-        return 0;
+        return s->server_timeout_ms != s->parent.timeout_ms
+                   ? set_server_timeouts(s, end) : 0;
     if (s->conn == NULL || PQstatus(s->conn) != CONNECTION_OK) {
         const char *keys[] = { "dbname", "connect_timeout", "application_name",
                                NULL };
@@ -458,6 +467,9 @@ static int pg_ensure(pg_store *s, int64_t end)
         PQsetNoticeProcessor(s->conn, ignore_notice, NULL);
         if ((rc = set_server_timeouts(s, end)) < 0)
             return rc;
+    } else if (s->server_timeout_ms != s->parent.timeout_ms &&
+               (rc = set_server_timeouts(s, end)) < 0) {
+        return rc;
     }
     if (s->sql[0] == NULL)
         return 0;
@@ -3083,18 +3095,6 @@ static int pg_wait_release(lease_store *base, const char *key, uint64_t timeout_
     }
 }
 
-/* The new timeout is in parent.timeout_ms already; the server's own
- * statement and lock timeouts follow it. */
-static int pg_set_timeout(lease_store *base, uint64_t timeout_ms)
-{
-    pg_store *s = (pg_store *)base;
-
-    (void)timeout_ms;
-    if (s->conn && PQstatus(s->conn) == CONNECTION_OK)
-        return set_server_timeouts(s, call_end(s));
-    return 0;
-}
-
 /* For lease --version: libpq as linked at run time. PQlibVersion() is
  * major * 10000 + minor since libpq 10. */
 int lease__pg_client_version(char *buf, size_t size)
@@ -3125,7 +3125,6 @@ const lease_backend lease__pg_backend = {
     .guarded_txn = pg_guarded_txn,
     .wait_release = pg_wait_release,
     .renew_many = pg_renew_many,
-    .set_timeout = pg_set_timeout,
     .advisory_txn = pg_advisory_txn,
     .history = pg_history,
     .history_lost = pg_history_lost,

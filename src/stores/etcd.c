@@ -578,6 +578,12 @@ static void etcd_setopts(etcd_store *s, CURL *c, int idx, const char *url,
      * call's own deadline. */
     curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, (long)left_ms);
     curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, (long)connect_ms);
+#if LIBCURL_VERSION_NUM >= 0x075700
+    /* At the timeout, leave a name lookup still running on curl's resolver
+     * thread behind (the thread frees its own part when it ends) rather
+     * than wait for it: the lookup is bounded by the call's timeout too. */
+    curl_easy_setopt(c, CURLOPT_QUICK_EXIT, 1L);
+#endif
     curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
     curl_easy_setopt(c, CURLOPT_MAXFILESIZE_LARGE,

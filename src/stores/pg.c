@@ -54,6 +54,7 @@
 #include <limits.h>
 #include <fcntl.h>
 #include <stdarg.h>
+#include <netdb.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -415,7 +416,164 @@ static void ignore_notice(void *arg, const char *message)
     (void)message;
 }
 
-/* Connect if needed (bounded by connect_timeout), and prepare. */
+/* The n-th comma-separated entry of list into buf ("" when list is NULL
+ * or has none); -1 if it does not fit. */
+static int pg_entry(char *buf, size_t size, const char *list, size_t n)
+{
+    buf[0] = '\0';
+    /* Bounded by the list's commas. */
+    while (list && n > 0 && (list = strchr(list, ',')) != NULL) {
+        list++;
+        n--;
+    }
+    if (list == NULL || n > 0)
+        return 0;
+    if (strcspn(list, ",") >= size)
+        return -1;
+    memcpy(buf, list, strcspn(list, ","));
+    buf[strcspn(list, ",")] = '\0';
+    return 0;
+}
+
+static size_t pg_count(const char *list)
+{
+    size_t n = 1;
+
+    /* Bounded by the list's length. */
+    while (list && (list = strchr(list, ',')) != NULL) {
+        list++;
+        n++;
+    }
+    return n;
+}
+
+/* Append one host entry (name, address, port) to the three lists. */
+static void pg_add_host(FILE *f[3], int first, const char *h, const char *a, const char *p)
+{
+    fprintf(f[0], "%s%s", first ? "" : ",", h);
+    fprintf(f[1], "%s%s", first ? "" : ",", a);
+    fprintf(f[2], "%s%s", first ? "" : ",", p);
+}
+
+/*
+ * libpq looks host names up before its connect_timeout starts, with no
+ * bound. So the store looks them up itself within the call's bound
+ * (lease__net_resolve) and hands libpq the addresses as hostaddr, each
+ * address a host entry of its own with its name (which TLS and .pgpass
+ * go by) and port: out[0..2] are host, hostaddr and port lists, all NULL
+ * when libpq has nothing to look up (a Unix socket, hostaddr= given).
+ * A name that does not resolve is left out, as libpq goes on to the next
+ * host; none left is that name's error.
+ */
+static int pg_hostaddrs(char *out[3], pg_store *s, int64_t end)
+{
+    PQconninfoOption *opts = PQconninfoParse(s->conninfo, NULL), *o;
+    const char *host = NULL, *addr = NULL, *port = NULL;
+    char h[1024], p[16], num[64];
+    size_t len[3], i, nh, np;
+    FILE *f[3] = { NULL, NULL, NULL };
+    int rc = 0, added = 0;
+
+    out[0] = out[1] = out[2] = NULL;
+    if (opts == NULL)
+        return lease__seterr(LEASE_ENOMEM, "out of memory");
+    for (o = opts; o->keyword; o++) {
+        if (o->val && strcmp(o->keyword, "host") == 0)
+            host = o->val;
+        else if (o->val && strcmp(o->keyword, "hostaddr") == 0)
+            addr = o->val;
+        else if (o->val && strcmp(o->keyword, "port") == 0)
+            port = o->val;
+    }
+    nh = pg_count(host);
+    np = pg_count(port);
+    /* Nothing to look up; or a port list libpq refuses itself. */
+    if (host == NULL || *host == '\0' || (addr && *addr) || (np > 1 && np != nh))
+        goto done;
+    for (i = 0; i < 3; i++)
+        if ((f[i] = open_memstream(&out[i], &len[i])) == NULL)
+            rc = lease__seterr(LEASE_ENOMEM, "out of memory");
+    for (i = 0; i < nh && rc == 0; i++) {
+        struct addrinfo *res, *a;
+        int r;
+
+        if (pg_entry(h, sizeof(h), host, i) < 0 ||
+            pg_entry(p, sizeof(p), port, np > 1 ? i : 0) < 0) {
+            rc = lease__seterr(LEASE_EINVALID, "a host or port of the postgres URL "
+                               "is too long");
+            break;
+        }
+        if (h[0] == '\0' || h[0] == '/' || h[0] == '@') { /* a Unix socket */
+            pg_add_host(f, !added++, h, "", p);
+            continue;
+        }
+        if ((r = lease__net_resolve(&res, &s->parent, h, 0, end)) < 0) {
+            if (r != LEASE_ESTORE)
+                rc = r;
+            continue;
+        }
+        /* Bounded by the addresses of one answer. */
+        for (a = res; a != NULL; a = a->ai_next)
+            if (getnameinfo(a->ai_addr, a->ai_addrlen, num, sizeof(num), NULL, 0,
+                            NI_NUMERICHOST) == 0)
+                pg_add_host(f, !added++, h, num, p);
+        freeaddrinfo(res);
+    }
+    if (rc == 0 && added == 0) /* every name failed: the last one's message */
+        rc = LEASE_ESTORE;
+done:
+    for (i = 0; i < 3; i++)
+        if (f[i] && fclose(f[i]) != 0 && rc == 0)
+            rc = lease__seterr(LEASE_ENOMEM, "out of memory");
+    if (rc < 0 || f[0] == NULL)
+        for (i = 0; i < 3; i++) {
+            free(out[i]);
+            out[i] = NULL;
+        }
+    PQconninfoFree(opts);
+    return rc;
+}
+
+/* Start libpq's connection to the URL, with the looked-up addresses and a
+ * connect_timeout (whole seconds; libpq takes 1 as 2) unless the URL has
+ * one, and drive it within `end`. */
+static int pg_connect(pg_store *s, int64_t end)
+{
+    const char *keys[7], *vals[7];
+    char ct[24], *hosts[3];
+    int n = 0, rc;
+
+    if ((rc = pg_hostaddrs(hosts, s, end)) < 0)
+        return rc;
+    keys[n] = "dbname";
+    vals[n++] = s->conninfo;
+    if (hosts[0]) {
+        keys[n] = "host";
+        vals[n++] = hosts[0];
+        keys[n] = "hostaddr";
+        vals[n++] = hosts[1];
+        keys[n] = "port";
+        vals[n++] = hosts[2];
+    }
+    if (!strstr(s->conninfo, "connect_timeout=")) {
+        uint64_t sec = (s->parent.timeout_ms + 999) / 1000;
+        snprintf(ct, sizeof(ct), "%llu", (unsigned long long)(sec < 2 ? 2 : sec));
+        keys[n] = "connect_timeout";
+        vals[n++] = ct;
+    }
+    keys[n] = "application_name";
+    vals[n++] = "lease";
+    keys[n] = vals[n] = NULL;
+    /* Asynchronously, so that the handle's timeout bounds it. */
+    s->conn = PQconnectStartParams(keys, vals, 1);
+    for (n = 0; n < 3; n++)
+        free(hosts[n]);
+    if (s->conn == NULL)
+        return lease__seterr(LEASE_ENOMEM, "out of memory");
+    return connect_poll(s, end);
+}
+
+/* Connect if needed (bounded by `end`), and prepare. */
 static int pg_ensure(pg_store *s, int64_t end)
 {
     int rc;
@@ -428,31 +586,8 @@ static int pg_ensure(pg_store *s, int64_t end)
         return s->server_timeout_ms != s->parent.timeout_ms
                    ? set_server_timeouts(s, end) : 0;
     if (s->conn == NULL || PQstatus(s->conn) != CONNECTION_OK) {
-        const char *keys[] = { "dbname", "connect_timeout", "application_name",
-                               NULL };
-        char ct[24];
-        const char *vals[4];
-
         pg_drop(s);
-        /* connect_timeout is in whole seconds; libpq takes 1 as 2. */
-        snprintf(ct, sizeof(ct), "%llu",
-                 (unsigned long long)(s->parent.timeout_ms + 999) / 1000 < 2
-                     ? 2ULL : (unsigned long long)(s->parent.timeout_ms + 999) / 1000);
-        vals[0] = s->conninfo;
-        vals[1] = strstr(s->conninfo, "connect_timeout=") ? NULL : ct;
-        vals[2] = "lease";
-        vals[3] = NULL;
-        if (vals[1] == NULL) {
-            keys[1] = "application_name";
-            keys[2] = NULL;
-            vals[1] = "lease";
-        }
-        /* Connect asynchronously, so the handle's timeout bounds it (libpq's
-         * connect_timeout counts whole seconds, at least 2). */
-        s->conn = PQconnectStartParams(keys, vals, 1);
-        if (s->conn == NULL)
-            return lease__seterr(LEASE_ENOMEM, "out of memory");
-        if ((rc = connect_poll(s, end)) < 0)
+        if ((rc = pg_connect(s, end)) < 0)
             return rc;
         if (PQstatus(s->conn) != CONNECTION_OK) {
             rc = lease__seterr(LEASE_ESTORE, "cannot connect to postgres %s: %s",

@@ -24,8 +24,9 @@
  * Each call (connect, AUTH, SELECT, script loads, the command and its whole
  * reply) is bounded by the handle's timeout as a whole: the sockets are
  * non-blocking and every wait is a poll() for the time left (see
- * redis_begin). Host names are resolved by getaddrinfo inside hiredis,
- * which no timeout bounds: give an address where that matters. Every reply
+ * redis_begin), the name lookup and the connect included (the store makes
+ * its sockets itself, lease__net_connect, and hands them to hiredis with
+ * redisConnectFd: close-on-exec from socket() on). Every reply
  * is range-checked before use (see redis_num); a malformed one is
  * LEASE_ESTORE naming what was wrong.
  *
@@ -185,15 +186,6 @@ static int64_t redis_left_ms(const redis_store *s)
     int64_t left = s->deadline_ns - lease_clock_ns();
 
     return left > 0 ? (left + 999999) / 1000000 : 0;
-}
-
-static struct timeval tv_ms(uint64_t ms)
-{
-    struct timeval tv;
-
-    tv.tv_sec = (time_t)(ms / 1000);
-    tv.tv_usec = (suseconds_t)((ms % 1000) * 1000);
-    return tv;
 }
 
 static void redis_drop(redis_store *s)
@@ -670,23 +662,28 @@ static int redis_simple(redis_store *s, redisContext *c, const char *what, int a
 }
 
 /*
- * hiredis opens its socket without close-on-exec, so set it at once, before
- * anything else: a window remains between socket() inside hiredis and this
- * fcntl in which another thread's fork+exec would inherit it, which no code
- * outside hiredis can close. Then switch the socket to non-blocking, for
- * the polls of redis_send and redis_read (hiredis treats EAGAIN as "no
- * data yet" only without REDIS_BLOCK).
+ * The socket is ours (lease__net_connect): close-on-exec and non-blocking
+ * from socket() on, where hiredis's own connect makes it without
+ * close-on-exec and resolves the name with no bound. hiredis takes it as a
+ * connected, blocking context; clear REDIS_BLOCK, for the polls of
+ * redis_send and redis_read (hiredis treats EAGAIN as "no data yet" only
+ * without it).
  */
-static int redis_prepare_fd(redisContext *c)
+static redisContext *redis_context(redis_store *s, int *rc)
 {
-    int fdf = fcntl(c->fd, F_GETFD), fl;
+    redisContext *c;
+    int fd;
 
-    if (fdf < 0 || fcntl(c->fd, F_SETFD, fdf | FD_CLOEXEC) < 0)
-        return -1;
-    if ((fl = fcntl(c->fd, F_GETFL)) < 0 || fcntl(c->fd, F_SETFL, fl | O_NONBLOCK) < 0)
-        return -1;
+    if ((*rc = lease__net_connect(&fd, &s->parent, s->host, s->port,
+                                  s->deadline_ns)) < 0)
+        return NULL;
+    if ((c = redisConnectFd(fd)) == NULL) {
+        close(fd);
+        *rc = lease__seterr(LEASE_ENOMEM, "out of memory");
+        return NULL;
+    }
     c->flags &= ~REDIS_BLOCK;
-    return 0;
+    return c;
 }
 
 static int redis_auth(redis_store *s, redisContext *c)
@@ -709,36 +706,16 @@ static int redis_auth(redis_store *s, redisContext *c)
 
 static redisContext *connect_one(redis_store *s, redis_budget *budget, int *rc)
 {
-    int64_t left = redis_left_ms(s);
     redisContext *c;
     char db[16];
 
-    if (left <= 0) {
+    if (redis_left_ms(s) <= 0) {
         *rc = redis_timed_out(s, NULL, "connect");
         return NULL;
     }
-    c = redisConnectWithTimeout(s->host, s->port, tv_ms((uint64_t)left));
-    if (c == NULL) {
-        *rc = lease__seterr(LEASE_ENOMEM, "out of memory");
+    if ((c = redis_context(s, rc)) == NULL)
         return NULL;
-    }
-    if (c->err == 0)
-        redis_budget_install(c, budget);
-    if (c->err == 0 && redis_prepare_fd(c) < 0) {
-        *rc = lease__seterr(LEASE_ESTORE, "redis %s: cannot set up the socket: %s",
-                            s->parent.url_redacted, strerror(errno));
-        redisFree(c);
-        return NULL;
-    }
-    if (c->err) {
-        char text[256];
-
-        *rc = lease__seterr(LEASE_ESTORE, "cannot connect to redis %s: %s",
-                            s->parent.url_redacted,
-                            redis_server_text(text, sizeof(text), s, c->errstr));
-        redisFree(c);
-        return NULL;
-    }
+    redis_budget_install(c, budget);
     redisEnableKeepAlive(c);
     if (s->password && (*rc = redis_auth(s, c)) < 0) {
         redisFree(c);

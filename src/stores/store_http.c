@@ -324,6 +324,12 @@ static void http_setopts(CURL *c, const lease__http_req *r, struct curl_slist *h
      * operation's deadline. */
     curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, (long)left_ms);
     curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, (long)left_ms);
+#if LIBCURL_VERSION_NUM >= 0x075700
+    /* At the timeout, leave a name lookup still running on curl's resolver
+     * thread behind (the thread frees its own part when it ends) rather
+     * than wait for it: the lookup is bounded by the call's timeout too. */
+    curl_easy_setopt(c, CURLOPT_QUICK_EXIT, 1L);
+#endif
     curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
     if (!r->on_line)

@@ -1,0 +1,219 @@
+/*
+ * net_bound.c - a store's connect is bounded by the handle's timeout with
+ * the name lookup included, and its sockets are close-on-exec from
+ * socket() on (no window in which another thread's fork+exec inherits
+ * them).
+ *
+ *   net_bound URL      URL: a test server's, on 127.0.0.1
+ *
+ * This program defines getaddrinfo() and socket() itself, ahead of libc's
+ * (its own are exported for the shared libraries, ENABLE_EXPORTS), so it
+ * sees what the library and the client libraries under it ask for:
+ *  - the name "slow.invalid" is a lookup that does not answer until the
+ *    test lets it go: a store call on it must return, with ESTORE, while
+ *    the lookup is still waiting;
+ *  - the name "lease-test.invalid" answers 127.0.0.1: the URL with it in
+ *    place of 127.0.0.1 must work as the URL does;
+ *  - every TCP socket made while a store runs is counted, and one made
+ *    without SOCK_CLOEXEC is a failure, except under libpq, which makes
+ *    its socket without it and sets FD_CLOEXEC in its next call (nothing
+ *    outside libpq can reach that window).
+ * Nothing goes out but to 127.0.0.1: the two names are never looked up.
+ * Without a URL it fails; it never skips.
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <netdb.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "lease.h"
+
+static int failures;
+
+#define CHECK(cond, ...)                                                     \
+    do {                                                                     \
+        if (!(cond)) {                                                       \
+            fprintf(stderr, "FAIL line %d: ", __LINE__);                     \
+            fprintf(stderr, __VA_ARGS__);                                    \
+            fprintf(stderr, "\n");                                           \
+            failures++;                                                      \
+        }                                                                    \
+    } while (0)
+
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
+static int slow_waiting;  /* lookups of slow.invalid not answered yet */
+static int slow_calls;
+static int slow_released;
+static int sockets_seen, sockets_bad;
+
+typedef int (*gai_fn)(const char *, const char *, const struct addrinfo *,
+                      struct addrinfo **);
+typedef int (*socket_fn)(int, int, int);
+
+int getaddrinfo(const char *node, const char *service, const struct addrinfo *hints,
+                struct addrinfo **res)
+{
+    gai_fn real = (gai_fn)dlsym(RTLD_NEXT, "getaddrinfo");
+
+    if (node && strcmp(node, "slow.invalid") == 0 && hints &&
+        (hints->ai_flags & AI_NUMERICHOST))
+        return EAI_NONAME; /* not an address: answered at once, as libc does */
+    if (node && strcmp(node, "slow.invalid") == 0) {
+        struct timespec until;
+
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_sec += 20; /* bounded, should the test never let it go */
+        pthread_mutex_lock(&mu);
+        slow_calls++;
+        slow_waiting++;
+        while (!slow_released && pthread_cond_timedwait(&cv, &mu, &until) == 0)
+            ;
+        slow_waiting--;
+        pthread_cond_broadcast(&cv);
+        pthread_mutex_unlock(&mu);
+        return EAI_NONAME;
+    }
+    if (node && strcmp(node, "lease-test.invalid") == 0)
+        node = "127.0.0.1";
+    return real(node, service, hints, res);
+}
+
+int socket(int domain, int type, int protocol)
+{
+    socket_fn real = (socket_fn)dlsym(RTLD_NEXT, "socket");
+
+    if ((domain == AF_INET || domain == AF_INET6) &&
+        (type & 0xff) == SOCK_STREAM) {
+        pthread_mutex_lock(&mu);
+        sockets_seen++;
+        if (!(type & SOCK_CLOEXEC))
+            sockets_bad++;
+        pthread_mutex_unlock(&mu);
+    }
+    return real(domain, type, protocol);
+}
+
+/* url with its first "127.0.0.1" replaced by host. */
+static void with_host(char *out, size_t size, const char *url, const char *host)
+{
+    const char *at = strstr(url, "127.0.0.1");
+
+    if (at == NULL) {
+        snprintf(out, size, "%s", url);
+        return;
+    }
+    snprintf(out, size, "%.*s%s%s", (int)(at - url), url, host, at + 9);
+}
+
+/* A call on a name whose lookup never answers ends within the timeout. */
+static void slow_lookup(const char *url)
+{
+    char u[1024];
+    lease_store *s = NULL;
+    lease_info h;
+    int rc, waiting;
+
+    with_host(u, sizeof(u), url, "slow.invalid");
+    /* A store may connect as it opens: then the open is the call. */
+    rc = lease_store_open_timeout(&s, u, 300);
+    if (rc == 0)
+        rc = lease_inspect(&h, s, "net-bound");
+    pthread_mutex_lock(&mu);
+    waiting = slow_waiting;
+    pthread_mutex_unlock(&mu);
+    CHECK(rc == LEASE_ESTORE, "a call whose lookup does not answer: ESTORE, got %d: %s",
+          rc, lease_errmsg());
+    CHECK(slow_calls >= 1, "slow.invalid was looked up (%d)", slow_calls);
+    CHECK(waiting >= 1, "the call returned while its lookup still waited (%d "
+          "waiting): it did not wait for the lookup", waiting);
+    if (s)
+        lease_store_close(s);
+}
+
+/* A name that resolves to the server works as its address does, and every
+ * socket made meanwhile is close-on-exec from socket() on. */
+static void named_host(const char *url, int libpq)
+{
+    char u[1024], owner[LEASE_OWNER_BUFSZ], key[64];
+    lease_acquire_opts o = LEASE_ACQUIRE_OPTS_INIT;
+    lease_keeper *k = NULL;
+    lease_store *s = NULL;
+    lease_grant g, g2;
+    lease_info h;
+    int rc, seen, bad;
+
+    with_host(u, sizeof(u), url, "lease-test.invalid");
+    lease_owner_new(owner);
+    snprintf(key, sizeof(key), "net-bound-%.8s", owner);
+    pthread_mutex_lock(&mu);
+    sockets_seen = sockets_bad = 0;
+    pthread_mutex_unlock(&mu);
+    rc = lease_store_open(&s, u);
+    CHECK(rc == 0, "open %s: %s", u, lease_errmsg());
+    if (rc < 0)
+        return;
+    o.owner = owner;
+    o.ttl_ms = 5000;
+    rc = lease_acquire(&g, &h, s, key, &o);
+    CHECK(rc == 0, "acquire through a host name: %s", lease_errmsg());
+    if (rc == 0) {
+        /* A keeper (a second handle) and a wait (a store's second socket,
+         * where it has one) make the other connections. */
+        rc = lease_keeper_start(&k, s, &g, NULL);
+        CHECK(rc == 0, "keeper: %s", lease_errmsg());
+        lease_owner_new(owner);
+        o.wait_ms = 200;
+        rc = lease_acquire(&g2, &h, s, key, &o);
+        CHECK(rc == LEASE_ETIMEOUT, "a wait for the held key: ETIMEOUT, got %d: %s",
+              rc, lease_errmsg());
+        if (k)
+            CHECK(lease_keeper_stop(NULL, k, 1) == 0, "keeper stop: %s", lease_errmsg());
+    }
+    lease_store_close(s);
+    pthread_mutex_lock(&mu);
+    seen = sockets_seen;
+    bad = sockets_bad;
+    pthread_mutex_unlock(&mu);
+    CHECK(seen >= 2, "the store made its sockets here (%d seen)", seen);
+    if (!libpq)
+        CHECK(bad == 0, "%d of %d TCP sockets were made without SOCK_CLOEXEC", bad, seen);
+}
+
+int main(int argc, char **argv)
+{
+    struct timespec until;
+
+    if (argc < 2 || argv[1][0] == '\0' || strstr(argv[1], "127.0.0.1") == NULL) {
+        fprintf(stderr, "usage: net_bound URL (a test server's, on 127.0.0.1: "
+                        "scripts/test.sh starts them)\n");
+        return 1;
+    }
+    lease_log_set(NULL, NULL, LEASE_LOG_OFF);
+    slow_lookup(argv[1]);
+    named_host(argv[1], strncmp(argv[1], "postgres", 8) == 0);
+
+    /* Let the lookups go, and see them end before exit (bounded). */
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += 20;
+    pthread_mutex_lock(&mu);
+    slow_released = 1;
+    pthread_cond_broadcast(&cv);
+    while (slow_waiting > 0 && pthread_cond_timedwait(&cv, &mu, &until) == 0)
+        ;
+    CHECK(slow_waiting == 0, "%d lookups still waiting at the end", slow_waiting);
+    pthread_mutex_unlock(&mu);
+    if (failures) {
+        fprintf(stderr, "net_bound: %d checks FAILED\n", failures);
+        return 1;
+    }
+    printf("net_bound: ok\n");
+    return 0;
+}

@@ -36,18 +36,8 @@
 #include "lease_int.h"
 #include "stores/etcd_pb.h"
 #include "../fd_check.h"
+#include "../check.h"
 
-static int failures;
-
-#define CHECK(cond, ...)                                                  \
-    do {                                                                  \
-        if (!(cond)) {                                                    \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);          \
-            fprintf(stderr, __VA_ARGS__);                                 \
-            fputc('\n', stderr);                                          \
-            failures++;                                                   \
-        }                                                                 \
-    } while (0)
 
 static void bad_fd(int fd, const char *target, void *when)
 {

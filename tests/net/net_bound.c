@@ -34,18 +34,8 @@
 #include <unistd.h>
 
 #include "lease.h"
+#include "../check.h"
 
-static int failures;
-
-#define CHECK(cond, ...)                                                     \
-    do {                                                                     \
-        if (!(cond)) {                                                       \
-            fprintf(stderr, "FAIL line %d: ", __LINE__);                     \
-            fprintf(stderr, __VA_ARGS__);                                    \
-            fprintf(stderr, "\n");                                           \
-            failures++;                                                      \
-        }                                                                    \
-    } while (0)
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;

@@ -24,18 +24,8 @@
 
 #include "lease.h"
 #include "../fd_check.h"
+#include "../check.h"
 
-static int failures;
-
-#define CHECK(cond, ...)                                                     \
-    do {                                                                     \
-        if (!(cond)) {                                                       \
-            fprintf(stderr, "FAIL line %d: ", __LINE__);                     \
-            fprintf(stderr, __VA_ARGS__);                                    \
-            fprintf(stderr, "\n");                                           \
-            failures++;                                                      \
-        }                                                                    \
-    } while (0)
 
 static void bad_fd(int fd, const char *target, void *when)
 {

@@ -14,7 +14,7 @@
 
 #include "lease.h"
 
-#include "check.h"
+#include "../check.h"
 
 /* Run one statement on the file with the plain SQLite API, as another
  * process would. */

@@ -30,7 +30,7 @@
 
 #include "lease.h"
 
-#include "check.h"
+#include "../check.h"
 
 #define MINUTES_10 600000u
 #define BOUND_MS 60000

@@ -32,7 +32,7 @@
 #include "lease.h"
 #include "lease/sys/store.h"
 
-#include "check.h"
+#include "../check.h"
 
 #define FATAL(...)                                                             \
     do {                                                                       \

@@ -1,10 +1,11 @@
 /*
- * check.h - the SQLite tests' CHECK: count a failed condition, say where
- * and why (with the library's last error), and go on; main() exits 1 when
- * `failures` is not 0.
+ * check.h - the tests' CHECK: count a failed condition, say where and why
+ * (with the library's last error), and go on; main() exits 1 when
+ * `failures` is not 0. Header-only, shared by the programs that are not
+ * cmocka tests.
  */
-#ifndef LEASE_TEST_SQLITE_CHECK_H
-#define LEASE_TEST_SQLITE_CHECK_H
+#ifndef LEASE_TEST_CHECK_H
+#define LEASE_TEST_CHECK_H
 
 #include <stdio.h>
 

@@ -421,6 +421,21 @@ static char redis_pending_type(const redisReader *r)
  * parsed are checked first; the first may have lost its type byte to
  * hiredis already (redis_pending_type). 0 when they are sound so far.
  */
+/* The first "\r\n" in [p, end), where hiredis ends a line (a bare "\n"
+ * does not); NULL when it is still to come. */
+static const char *redis_crlf(const char *p, const char *end)
+{
+    /* Bounded: each pass moves past one '\r'. */
+    while (p < end && (p = memchr(p, '\r', (size_t)(end - p))) != NULL) {
+        if (p + 1 >= end)
+            return NULL;
+        if (p[1] == '\n')
+            return p;
+        p++;
+    }
+    return NULL;
+}
+
 static int redis_check_headers(redis_store *s, redisContext *c, const char *what)
 {
     const char *p = c->reader->buf + c->reader->pos;
@@ -430,19 +445,22 @@ static int redis_check_headers(redis_store *s, redisContext *c, const char *what
 
     /* Bounded: every pass moves p forward by a line at least. */
     while (p < end) {
-        const char *nl = memchr(p, '\n', (size_t)(end - p));
+        const char *cr = redis_crlf(p, end), *nl;
         const char *digits;
         char num[24];
         size_t n;
         long long v = 0;
 
-        if (nl == NULL)
+        if (cr == NULL)
             return 0; /* the rest of the header is still to come */
+        nl = cr + 1;
+        if (type == 0 && p == cr)
+            break; /* a line with no type: not what hiredis takes */
         if (type == 0)
             type = *p++;
         digits = p;
-        /* The bytes between the type and the newline ("\r" included). */
-        n = nl > digits ? (size_t)(nl - digits) - 1 : 0;
+        /* The bytes between the type and the line's end. */
+        n = (size_t)(cr - digits);
         if ((type == '*' || type == '$') && n >= sizeof(num))
             break; /* no length of a sane reply is that long */
         memcpy(num, digits, n < sizeof(num) ? n : 0);

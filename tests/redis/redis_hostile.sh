@@ -179,6 +179,16 @@ call "$LEASE" --store "$FAKE_URL" --timeout 5s acquire k --ttl 10s
 expect_error 6 "acquire: a trickled array of 2^31-1 elements"
 assert_contains "$ERR" "an array longer than the store ever sends" \
     "acquire: a trickled array header of 2^31-1, refused at its length"
+# A line ends at "\r\n", as hiredis reads it, not at a bare "\n": a status
+# line holding one ("+a\n$10") hides no header, and the array header after
+# it is refused at its length.
+fake_stop
+fake_start --reply 'EVALSHA=*2\r\n+a\n$10\r\n*2000000\r\n\r\n'
+call "$LEASE" --store "$FAKE_URL" --timeout 2s acquire k --ttl 10s
+no_crash "acquire: a bare newline in a status line"
+expect_error 6 "acquire: a bare newline in a status line"
+assert_contains "$ERR" "an array longer than the store ever sends" \
+    "acquire: the header after a bare newline, refused at its length"
 
 section "(d) password_file= and passwords echoed by a server"
 redis_start pw || die "cannot start a Redis server"

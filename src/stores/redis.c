@@ -323,10 +323,20 @@ static void *budget_string(const redisReadTask *t, char *str, size_t len)
     return budget_take(t, len) < 0 ? NULL : b->base->createString(t, str, len);
 }
 
+/* hiredis 1 counts elements in a size_t, and has doubles and booleans
+ * (RESP3): every slot it has is wrapped, since one left NULL makes it
+ * hand back a placeholder pointer instead of an object. */
+#if HIREDIS_MAJOR >= 1
+static void *budget_array(const redisReadTask *t, size_t elements)
+{
+    redis_budget *b = t->privdata;
+    size_t n = elements;
+#else
 static void *budget_array(const redisReadTask *t, int elements)
 {
     redis_budget *b = t->privdata;
     size_t n = elements > 0 ? (size_t)elements : 0;
+#endif
 
     return budget_take(t, n * sizeof(void *)) < 0 ? NULL : b->base->createArray(t, elements);
 }
@@ -344,6 +354,22 @@ static void *budget_nil(const redisReadTask *t)
 
     return budget_take(t, 0) < 0 ? NULL : b->base->createNil(t);
 }
+
+#if HIREDIS_MAJOR >= 1
+static void *budget_double(const redisReadTask *t, double value, char *str, size_t len)
+{
+    redis_budget *b = t->privdata;
+
+    return budget_take(t, len) < 0 ? NULL : b->base->createDouble(t, value, str, len);
+}
+
+static void *budget_bool(const redisReadTask *t, int value)
+{
+    redis_budget *b = t->privdata;
+
+    return budget_take(t, 0) < 0 ? NULL : b->base->createBool(t, value);
+}
+#endif
 
 static void budget_reset(redisContext *c)
 {
@@ -366,6 +392,10 @@ static void redis_budget_install(redisContext *c, redis_budget *b)
     b->fn.createArray = budget_array;
     b->fn.createInteger = budget_integer;
     b->fn.createNil = budget_nil;
+#if HIREDIS_MAJOR >= 1
+    b->fn.createDouble = b->base->createDouble ? budget_double : NULL;
+    b->fn.createBool = b->base->createBool ? budget_bool : NULL;
+#endif
     b->fn.freeObject = b->base->freeObject;
     c->reader->fn = &b->fn;
     c->reader->privdata = b;

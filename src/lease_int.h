@@ -67,13 +67,14 @@ int64_t lease__deadline_ns(int64_t sent_ns, uint64_t ttl_ms);
  * without a bound. Both end by `end` (lease_clock_ns) as a whole, the name
  * lookup included (on a thread of its own, left behind at `end`), and set
  * the message ("cannot connect to STORE URL: ...", LEASE_ESTORE) on failure.
- * lease__net_resolve: host's addresses for port (*out: freeaddrinfo()); a
+ * lease__net_resolve: host's addresses for port (*out: lease__net_free()); a
  * numeric address needs no lookup. lease__net_connect: a TCP socket
  * connected to the first address that answers, close-on-exec and
  * non-blocking from socket() on, with TCP_NODELAY. */
 struct addrinfo;
 int lease__net_resolve(struct addrinfo **out, const lease_store *s, const char *host,
                        int port, int64_t end);
+void lease__net_free(struct addrinfo *addrs);
 int lease__net_connect(int *fd, const lease_store *s, const char *host, int port,
                        int64_t end);
 

@@ -455,70 +455,97 @@ static void pg_add_host(FILE *f[3], int first, const char *h, const char *a, con
     fprintf(f[2], "%s%s", first ? "" : ",", p);
 }
 
+/* The value of keyword in libpq's options (NULL when unset). */
+static const char *pg_opt(const PQconninfoOption *opts, const char *keyword)
+{
+    /* Bounded by libpq's list of keywords. */
+    for (; opts && opts->keyword; opts++)
+        if (strcmp(opts->keyword, keyword) == 0)
+            return opts->val;
+    return NULL;
+}
+
+/* The URL's value of keyword, else the one libpq would take without it
+ * (set but empty counts as set, as it does for libpq). */
+static const char *pg_pick(const PQconninfoOption *url, const PQconninfoOption *defs,
+                           const char *keyword)
+{
+    const char *v = pg_opt(url, keyword);
+
+    return v ? v : pg_opt(defs, keyword);
+}
+
+/* Append host list entry i (its name, port list entry, addresses) to the
+ * three lists; *added counts the entries. A name that does not resolve is
+ * left out (ESTORE, the message set), as libpq goes on to the next host. */
+static int pg_host_entry(FILE *f[3], size_t *added, pg_store *s, const char *host,
+                         const char *port, size_t i, int64_t end)
+{
+    struct addrinfo *res, *a;
+    char h[1024], p[16], num[64];
+    int rc;
+
+    if (pg_entry(h, sizeof(h), host, i) < 0 ||
+        pg_entry(p, sizeof(p), port, pg_count(port) > 1 ? i : 0) < 0)
+        return lease__seterr(LEASE_EINVALID, "a host or port of the postgres URL is too long");
+    if (h[0] == '\0' || h[0] == '/' || h[0] == '@') { /* a Unix socket */
+        pg_add_host(f, !(*added)++, h, "", p);
+        return 0;
+    }
+    if ((rc = lease__net_resolve(&res, &s->parent, h, 0, end)) < 0)
+        return rc;
+    /* Bounded by the addresses of one answer. */
+    for (a = res; a != NULL; a = a->ai_next)
+        if (getnameinfo(a->ai_addr, a->ai_addrlen, num, sizeof(num), NULL, 0,
+                        NI_NUMERICHOST) == 0)
+            pg_add_host(f, !(*added)++, h, num, p);
+    lease__net_free(res);
+    return 0;
+}
+
 /*
  * libpq looks host names up before its connect_timeout starts, with no
  * bound. So the store looks them up itself within the call's bound
  * (lease__net_resolve) and hands libpq the addresses as hostaddr, each
  * address a host entry of its own with its name (which TLS and .pgpass
  * go by) and port: out[0..2] are host, hostaddr and port lists, all NULL
- * when libpq has nothing to look up (a Unix socket, hostaddr= given).
+ * when libpq has nothing to look up (a Unix socket, hostaddr= given) or
+ * the URL names a service (whose file libpq reads, and which may name the
+ * host). Host, hostaddr and port come from the URL, else from what libpq
+ * would take (PQconndefaults: PGHOST, PGHOSTADDR, PGPORT, PGSERVICE's
+ * file, 5432), so that the lists say what libpq would have used.
  * A name that does not resolve is left out, as libpq goes on to the next
  * host; none left is that name's error.
  */
 static int pg_hostaddrs(char *out[3], pg_store *s, int64_t end)
 {
-    PQconninfoOption *opts = PQconninfoParse(s->conninfo, NULL), *o;
-    const char *host = NULL, *addr = NULL, *port = NULL;
-    char h[1024], p[16], num[64];
-    size_t len[3], i, nh, np;
+    PQconninfoOption *opts = PQconninfoParse(s->conninfo, NULL);
+    PQconninfoOption *defs = PQconndefaults();
+    const char *host, *addr, *port;
+    size_t len[3], i, nh, added = 0;
     FILE *f[3] = { NULL, NULL, NULL };
-    int rc = 0, added = 0;
+    int rc = 0, r;
 
     out[0] = out[1] = out[2] = NULL;
-    if (opts == NULL)
-        return lease__seterr(LEASE_ENOMEM, "out of memory");
-    for (o = opts; o->keyword; o++) {
-        if (o->val && strcmp(o->keyword, "host") == 0)
-            host = o->val;
-        else if (o->val && strcmp(o->keyword, "hostaddr") == 0)
-            addr = o->val;
-        else if (o->val && strcmp(o->keyword, "port") == 0)
-            port = o->val;
+    if (opts == NULL || defs == NULL) {
+        rc = lease__seterr(LEASE_ENOMEM, "out of memory");
+        goto done;
     }
+    host = pg_pick(opts, defs, "host");
+    addr = pg_pick(opts, defs, "hostaddr");
+    port = pg_pick(opts, defs, "port");
     nh = pg_count(host);
-    np = pg_count(port);
-    /* Nothing to look up; or a port list libpq refuses itself. */
-    if (host == NULL || *host == '\0' || (addr && *addr) || (np > 1 && np != nh))
+    /* Nothing to look up, or left to libpq (see above); or a port list
+     * libpq refuses itself. */
+    if (pg_opt(opts, "service") || host == NULL || *host == '\0' || (addr && *addr) ||
+        (pg_count(port) > 1 && pg_count(port) != nh))
         goto done;
     for (i = 0; i < 3; i++)
         if ((f[i] = open_memstream(&out[i], &len[i])) == NULL)
             rc = lease__seterr(LEASE_ENOMEM, "out of memory");
-    for (i = 0; i < nh && rc == 0; i++) {
-        struct addrinfo *res, *a;
-        int r;
-
-        if (pg_entry(h, sizeof(h), host, i) < 0 ||
-            pg_entry(p, sizeof(p), port, np > 1 ? i : 0) < 0) {
-            rc = lease__seterr(LEASE_EINVALID, "a host or port of the postgres URL "
-                               "is too long");
-            break;
-        }
-        if (h[0] == '\0' || h[0] == '/' || h[0] == '@') { /* a Unix socket */
-            pg_add_host(f, !added++, h, "", p);
-            continue;
-        }
-        if ((r = lease__net_resolve(&res, &s->parent, h, 0, end)) < 0) {
-            if (r != LEASE_ESTORE)
-                rc = r;
-            continue;
-        }
-        /* Bounded by the addresses of one answer. */
-        for (a = res; a != NULL; a = a->ai_next)
-            if (getnameinfo(a->ai_addr, a->ai_addrlen, num, sizeof(num), NULL, 0,
-                            NI_NUMERICHOST) == 0)
-                pg_add_host(f, !added++, h, num, p);
-        freeaddrinfo(res);
-    }
+    for (i = 0; i < nh && rc == 0; i++)
+        if ((r = pg_host_entry(f, &added, s, host, port, i, end)) < 0 && r != LEASE_ESTORE)
+            rc = r;
     if (rc == 0 && added == 0) /* every name failed: the last one's message */
         rc = LEASE_ESTORE;
 done:
@@ -531,6 +558,7 @@ done:
             out[i] = NULL;
         }
     PQconninfoFree(opts);
+    PQconninfoFree(defs);
     return rc;
 }
 

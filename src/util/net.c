@@ -5,9 +5,9 @@
  *
  * A store call is bounded by its timeout as a whole, and getaddrinfo() has
  * no timeout of its own: a lookup runs on a thread of its own, which the
- * caller stops waiting for at its deadline. The thread finishes the lookup
- * and frees what it made; nothing else waits for it. A numeric address is
- * taken as it is, with no thread.
+ * caller stops waiting for at its deadline (the list of lookups below says
+ * what becomes of a late answer). A numeric address is taken as it is,
+ * with no thread.
  *
  * Every socket is made close-on-exec and non-blocking in socket() itself,
  * so that no fork+exec of another thread can inherit it at any moment.
@@ -28,33 +28,60 @@
 
 #include "lease_int.h"
 
-/* A lookup shared by the caller and the thread that runs it: whichever of
- * the two lets go of it last frees it. */
+/*
+ * The lookups in flight, one per name and port, in one list under one
+ * lock: a call for a name already being looked up waits on that lookup
+ * instead of starting another, so a resolver that hangs costs one thread
+ * per name, not one per call (and at most NET_LOOKUPS_MAX in all). An
+ * answer that comes after every caller has left is kept for the next call
+ * of that name within NET_LATE_KEEP_NS, once: a resolver slower than the
+ * timeout then still lets the call after it connect.
+ */
+#define NET_LOOKUPS_MAX 64
+#define NET_LATE_KEEP_NS (30 * (int64_t)1000000000)
+
 typedef struct net_lookup {
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    int refs;           /* 2 while both hold it */
+    struct net_lookup *next;
+    char *host, *port;
     int done;
     int err;            /* getaddrinfo's answer */
+    int sys_errno;      /* errno on the lookup's thread, for EAI_SYSTEM */
+    int waiters;        /* calls waiting for it */
+    int64_t late_until; /* done with no one waiting: kept until then */
     struct addrinfo *res;
-    char *host, *port;
 } net_lookup;
 
-static void lookup_unref(net_lookup *l)
-{
-    int last;
+static pthread_mutex_t net_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t net_cv;    /* CLOCK_MONOTONIC; a lookup has ended */
+static pthread_once_t net_once = PTHREAD_ONCE_INIT;
+static net_lookup *net_lookups;
+static int net_in_flight;
 
-    pthread_mutex_lock(&l->mu);
-    last = --l->refs == 0;
-    pthread_mutex_unlock(&l->mu);
-    if (!last)
-        return;
+static void net_init(void)
+{
+    pthread_condattr_t ca;
+
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&net_cv, &ca);
+    pthread_condattr_destroy(&ca);
+}
+
+/* Under net_mu: take l out of the list and free it. */
+static void lookup_free(net_lookup *l)
+{
+    net_lookup **pp;
+
+    /* Bounded by the list, at most NET_LOOKUPS_MAX and the late ones. */
+    for (pp = &net_lookups; *pp != NULL; pp = &(*pp)->next)
+        if (*pp == l) {
+            *pp = l->next;
+            break;
+        }
     if (l->res)
         freeaddrinfo(l->res);
     free(l->host);
     free(l->port);
-    pthread_cond_destroy(&l->cv);
-    pthread_mutex_destroy(&l->mu);
     free(l);
 }
 
@@ -62,20 +89,28 @@ static void *lookup_thread(void *arg)
 {
     net_lookup *l = arg;
     struct addrinfo hints, *res = NULL;
-    int err;
+    int err, e;
 
     memset(&hints, 0, sizeof(hints));
     hints.ai_family = AF_UNSPEC;
     hints.ai_socktype = SOCK_STREAM;
     hints.ai_flags = AI_ADDRCONFIG;
     err = getaddrinfo(l->host, l->port, &hints, &res);
-    pthread_mutex_lock(&l->mu);
+    e = errno;
+    pthread_mutex_lock(&net_mu);
     l->err = err;
+    l->sys_errno = e;
     l->res = err == 0 ? res : NULL;
     l->done = 1;
-    pthread_cond_signal(&l->cv);
-    pthread_mutex_unlock(&l->mu);
-    lookup_unref(l);
+    net_in_flight--;
+    if (l->waiters == 0) { /* everyone left: keep an answer for the next */
+        if (err == 0 && l->res != NULL)
+            l->late_until = lease_clock_ns() + NET_LATE_KEEP_NS;
+        else
+            lookup_free(l);
+    }
+    pthread_cond_broadcast(&net_cv);
+    pthread_mutex_unlock(&net_mu);
     return NULL;
 }
 
@@ -105,57 +140,115 @@ static int lookup_start(net_lookup *l)
     return rc == 0 ? 0 : -1;
 }
 
-/* Wait for l until `end` (lease_clock_ns); 1 if it is done. */
-static int lookup_wait(net_lookup *l, int64_t end)
+/* Under net_mu: the lookup of host:port to wait for (waiters counted),
+ * started if there is none. Late answers past their time are dropped on
+ * the way. */
+static int lookup_get(net_lookup **out, const lease_store *s, const char *host,
+                      const char *port)
 {
-    int done;
+    int64_t now = lease_clock_ns();
+    net_lookup *l, *next;
 
-    pthread_mutex_lock(&l->mu);
-    /* Bounded: each wait ends by `end`, and a late one leaves the loop. */
-    while (!l->done && lease__cond_wait_until(&l->cv, &l->mu, end) == 0)
-        ;
-    done = l->done;
-    pthread_mutex_unlock(&l->mu);
-    return done;
+    *out = NULL;
+    /* Bounded by the list, at most NET_LOOKUPS_MAX and the late ones. */
+    for (l = net_lookups; l != NULL; l = next) {
+        next = l->next;
+        if (l->done && l->waiters == 0 && l->late_until < now)
+            lookup_free(l);
+    }
+    for (l = net_lookups; l != NULL; l = l->next)
+        if (strcmp(l->host, host) == 0 && strcmp(l->port, port) == 0) {
+            l->waiters++;
+            *out = l;
+            return 0;
+        }
+    if (net_in_flight >= NET_LOOKUPS_MAX)
+        return lookup_failed(s, host, "too many name lookups without an answer in "
+                             "this process");
+    if ((l = calloc(1, sizeof(*l))) == NULL || (l->host = strdup(host)) == NULL ||
+        (l->port = strdup(port)) == NULL) {
+        if (l)
+            free(l->host);
+        free(l);
+        return lease__seterr(LEASE_ENOMEM, "out of memory");
+    }
+    l->next = net_lookups;
+    net_lookups = l;
+    if (lookup_start(l) < 0) {
+        lookup_free(l);
+        return lease__seterr(LEASE_ESTORE, "cannot connect to %s %s: cannot start a "
+                             "thread for the name lookup", s->backend->name,
+                             s->url_redacted);
+    }
+    net_in_flight++;
+    l->waiters = 1;
+    *out = l;
+    return 0;
 }
 
-static net_lookup *lookup_new(const char *host, const char *port)
+/* A copy of the answer's addresses that the caller owns (lease__net_free):
+ * the lookup's own may be shared by several callers. */
+static int addrs_copy(struct addrinfo **out, const struct addrinfo *res)
 {
-    net_lookup *l = calloc(1, sizeof(*l));
-    pthread_condattr_t ca;
+    struct addrinfo **tail = out;
 
-    if (l == NULL)
-        return NULL;
-    l->host = strdup(host);
-    l->port = strdup(port);
-    if (l->host == NULL || l->port == NULL || pthread_mutex_init(&l->mu, NULL) != 0) {
-        free(l->host);
-        free(l->port);
-        free(l);
-        return NULL;
+    *out = NULL;
+    /* Bounded by the addresses of one answer. */
+    for (; res != NULL; res = res->ai_next) {
+        struct addrinfo *a = calloc(1, sizeof(*a) + res->ai_addrlen);
+
+        if (a == NULL) {
+            lease__net_free(*out);
+            *out = NULL;
+            return lease__seterr(LEASE_ENOMEM, "out of memory");
+        }
+        a->ai_family = res->ai_family;
+        a->ai_socktype = res->ai_socktype;
+        a->ai_protocol = res->ai_protocol;
+        a->ai_addrlen = res->ai_addrlen;
+        a->ai_addr = (struct sockaddr *)(a + 1);
+        memcpy(a->ai_addr, res->ai_addr, res->ai_addrlen);
+        *tail = a;
+        tail = &a->ai_next;
     }
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    if (pthread_cond_init(&l->cv, &ca) != 0) {
-        pthread_condattr_destroy(&ca);
-        pthread_mutex_destroy(&l->mu);
-        free(l->host);
-        free(l->port);
-        free(l);
-        return NULL;
+    return 0;
+}
+
+void lease__net_free(struct addrinfo *addrs)
+{
+    /* Bounded by the list, made by addrs_copy. */
+    while (addrs != NULL) {
+        struct addrinfo *next = addrs->ai_next;
+
+        free(addrs);
+        addrs = next;
     }
-    pthread_condattr_destroy(&ca);
-    l->refs = 2;
-    return l;
+}
+
+/* Under net_mu: the answer of a lookup that is done, for a caller. */
+static int lookup_answer(struct addrinfo **out, const lease_store *s, const net_lookup *l,
+                         const char *host)
+{
+    char why[128];
+
+    if (l->err == 0 && l->res != NULL)
+        return addrs_copy(out, l->res);
+    if (l->err == 0)
+        return lookup_failed(s, host, "no address");
+    if (l->err == EAI_SYSTEM)
+        snprintf(why, sizeof(why), "%s", strerror(l->sys_errno));
+    else
+        snprintf(why, sizeof(why), "%s", gai_strerror(l->err));
+    return lookup_failed(s, host, why);
 }
 
 int lease__net_resolve(struct addrinfo **out, const lease_store *s, const char *host,
                        int port, int64_t end)
 {
-    struct addrinfo hints;
+    struct addrinfo hints, *res;
     char ports[16];
     net_lookup *l;
-    int err;
+    int rc;
 
     *out = NULL;
     if (host == NULL || *host == '\0' || port < 0 || port > 65535)
@@ -165,37 +258,34 @@ int lease__net_resolve(struct addrinfo **out, const lease_store *s, const char *
     hints.ai_family = AF_UNSPEC;
     hints.ai_socktype = SOCK_STREAM;
     hints.ai_flags = AI_NUMERICHOST | AI_NUMERICSERV;
-    if (getaddrinfo(host, ports, &hints, out) == 0)
-        return 0;
-    *out = NULL;
+    if (getaddrinfo(host, ports, &hints, &res) == 0) {
+        rc = addrs_copy(out, res);
+        freeaddrinfo(res);
+        return rc;
+    }
     if (lease_clock_ns() >= end)
         return lookup_failed(s, host, "no time left for the lookup");
-    if ((l = lookup_new(host, ports)) == NULL)
-        return lease__seterr(LEASE_ENOMEM, "out of memory");
-    if (lookup_start(l) < 0) {
-        l->refs = 1;
-        lookup_unref(l);
-        return lease__seterr(LEASE_ESTORE, "cannot connect to %s %s: cannot start a "
-                             "thread for the name lookup", s->backend->name,
-                             s->url_redacted);
+    pthread_once(&net_once, net_init);
+    pthread_mutex_lock(&net_mu);
+    if ((rc = lookup_get(&l, s, host, ports)) < 0) {
+        pthread_mutex_unlock(&net_mu);
+        return rc;
     }
-    if (!lookup_wait(l, end)) {
-        lookup_unref(l); /* the thread frees it when its lookup ends */
-        return lease__seterr(LEASE_ESTORE, "cannot connect to %s %s: the name lookup "
-                             "of %s gave no answer within the %llu ms timeout",
-                             s->backend->name, s->url_redacted, host,
-                             (unsigned long long)s->timeout_ms);
-    }
-    err = l->err;
-    *out = l->res;
-    l->res = NULL;
-    lookup_unref(l);
-    if (err != 0)
-        return lookup_failed(s, host, err == EAI_SYSTEM ? strerror(errno)
-                                                        : gai_strerror(err));
-    if (*out == NULL)
-        return lookup_failed(s, host, "no address");
-    return 0;
+    /* Bounded: each wait ends by `end`, and a late one leaves the loop. */
+    while (!l->done && lease__cond_wait_until(&net_cv, &net_mu, end) == 0)
+        ;
+    l->waiters--;
+    if (!l->done) /* the thread keeps it, and its answer for the next call */
+        rc = lease__seterr(LEASE_ESTORE, "cannot connect to %s %s: the name lookup of "
+                           "%s gave no answer within the %llu ms timeout",
+                           s->backend->name, s->url_redacted, host,
+                           (unsigned long long)s->timeout_ms);
+    else
+        rc = lookup_answer(out, s, l, host);
+    if (l->done && l->waiters == 0)
+        lookup_free(l);
+    pthread_mutex_unlock(&net_mu);
+    return rc;
 }
 
 /* Connect a socket to one address until `end`: 0, or an errno value. */
@@ -251,16 +341,23 @@ int lease__net_connect(int *fd, const lease_store *s, const char *host, int port
 {
     struct addrinfo *res, *a;
     int rc, err = 0, one = 1;
+    int64_t left = 0;
 
     *fd = -1;
     if ((rc = lease__net_resolve(&res, s, host, port, end)) < 0)
         return rc;
-    /* Bounded by the addresses of one answer, each tried until `end`. */
-    for (a = res; a != NULL && lease_clock_ns() < end; a = a->ai_next) {
-        if ((err = connect_addr(fd, a, end)) == 0)
+    for (a = res; a != NULL; a = a->ai_next)
+        left++;
+    /* Bounded by the addresses of one answer. Each has its share of the
+     * time left, so that one that drops packets (a broken IPv6 route)
+     * leaves time for the next; one that fails at once leaves its share. */
+    for (a = res; a != NULL && lease_clock_ns() < end; a = a->ai_next, left--) {
+        int64_t now = lease_clock_ns();
+
+        if ((err = connect_addr(fd, a, now + (end - now) / left)) == 0)
             break;
     }
-    freeaddrinfo(res);
+    lease__net_free(res);
     if (*fd < 0) {
         if (err == 0 || err == ETIMEDOUT)
             return lease__seterr(LEASE_ESTORE, "cannot connect to %s %s: no "

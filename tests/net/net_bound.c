@@ -10,15 +10,19 @@
  * (its own are exported for the shared libraries, ENABLE_EXPORTS), so it
  * sees what the library and the client libraries under it ask for:
  *  - the name "slow.invalid" is a lookup that does not answer until the
- *    test lets it go: a store call on it must return, with ESTORE, while
- *    the lookup is still waiting;
+ *    test lets it go (then 127.0.0.1): a store call on it must return,
+ *    with ESTORE, while the lookup is still waiting, and the late answer
+ *    serve the next call;
  *  - the name "lease-test.invalid" answers 127.0.0.1: the URL with it in
- *    place of 127.0.0.1 must work as the URL does;
+ *    place of 127.0.0.1 must work as the URL does, with no lookup on the
+ *    caller's thread (where nothing bounds it);
+ *  - the name "two.invalid" answers ::1 (where no test server listens)
+ *    and 127.0.0.1 (PostgreSQL's ports, below);
  *  - every TCP socket made while a store runs is counted, and one made
  *    without SOCK_CLOEXEC is a failure, except under libpq, which makes
  *    its socket without it and sets FD_CLOEXEC in its next call (nothing
  *    outside libpq can reach that window).
- * Nothing goes out but to 127.0.0.1: the two names are never looked up.
+ * Nothing goes out but to loopback: the names are never looked up.
  * Without a URL it fails; it never skips.
  */
 #define _GNU_SOURCE
@@ -43,6 +47,8 @@ static int slow_waiting;  /* lookups of slow.invalid not answered yet */
 static int slow_calls;
 static int slow_released;
 static int sockets_seen, sockets_bad;
+static pthread_t main_thread;
+static int named_on_caller; /* lookups of lease-test.invalid with no bound */
 
 typedef int (*gai_fn)(const char *, const char *, const struct addrinfo *,
                       struct addrinfo **);
@@ -53,11 +59,13 @@ int getaddrinfo(const char *node, const char *service, const struct addrinfo *hi
 {
     gai_fn real = (gai_fn)dlsym(RTLD_NEXT, "getaddrinfo");
 
-    if (node && strcmp(node, "slow.invalid") == 0 && hints &&
-        (hints->ai_flags & AI_NUMERICHOST))
+    if (node && (strcmp(node, "slow.invalid") == 0 ||
+                 strcmp(node, "lease-test.invalid") == 0) &&
+        hints && (hints->ai_flags & AI_NUMERICHOST))
         return EAI_NONAME; /* not an address: answered at once, as libc does */
     if (node && strcmp(node, "slow.invalid") == 0) {
         struct timespec until;
+        int released;
 
         clock_gettime(CLOCK_REALTIME, &until);
         until.tv_sec += 20; /* bounded, should the test never let it go */
@@ -67,12 +75,40 @@ int getaddrinfo(const char *node, const char *service, const struct addrinfo *hi
         while (!slow_released && pthread_cond_timedwait(&cv, &mu, &until) == 0)
             ;
         slow_waiting--;
+        released = slow_released;
         pthread_cond_broadcast(&cv);
         pthread_mutex_unlock(&mu);
-        return EAI_NONAME;
+        if (!released)
+            return EAI_NONAME;
+        node = "127.0.0.1"; /* let go: the answer comes, late */
     }
-    if (node && strcmp(node, "lease-test.invalid") == 0)
+    if (node && strcmp(node, "two.invalid") == 0) {
+        struct addrinfo *v6 = NULL, *v4 = NULL, h = *hints;
+        int rc;
+
+        if (h.ai_flags & AI_NUMERICHOST)
+            return EAI_NONAME;
+        /* ::1 first, where no test server listens: refused, the next. */
+        h.ai_flags = AI_NUMERICHOST;
+        h.ai_family = AF_INET6;
+        if ((rc = real("::1", service, &h, &v6)) != 0)
+            return rc;
+        h.ai_family = AF_INET;
+        if ((rc = real("127.0.0.1", service, &h, &v4)) != 0) {
+            freeaddrinfo(v6);
+            return rc;
+        }
+        v6->ai_next = v4;
+        *res = v6;
+        return 0;
+    }
+    if (node && strcmp(node, "lease-test.invalid") == 0) {
+        pthread_mutex_lock(&mu);
+        if (pthread_equal(pthread_self(), main_thread))
+            named_on_caller++;
+        pthread_mutex_unlock(&mu);
         node = "127.0.0.1";
+    }
     return real(node, service, hints, res);
 }
 
@@ -103,19 +139,38 @@ static void with_host(char *out, size_t size, const char *url, const char *host)
     snprintf(out, size, "%.*s%s%s", (int)(at - url), url, host, at + 9);
 }
 
-/* A call on a name whose lookup never answers ends within the timeout. */
-static void slow_lookup(const char *url)
+/* One call on url with a 300 ms timeout: 0 when the store answered (the
+ * key was never acquired: ENOTFOUND), else its error. A store may connect
+ * as it opens: then the open is the call. */
+static int one_call(const char *url)
 {
-    char u[1024];
     lease_store *s = NULL;
     lease_info h;
-    int rc, waiting;
+    int rc = lease_store_open_timeout(&s, url, 300);
 
-    with_host(u, sizeof(u), url, "slow.invalid");
-    /* A store may connect as it opens: then the open is the call. */
-    rc = lease_store_open_timeout(&s, u, 300);
     if (rc == 0)
         rc = lease_inspect(&h, s, "net-bound");
+    if (s)
+        lease_store_close(s);
+    return rc == LEASE_ENOTFOUND ? 0 : rc;
+}
+
+/*
+ * A call on a name whose lookup does not answer ends within the timeout.
+ * Where the store looks names up itself (own: PostgreSQL, Redis; etcd's
+ * lookups are libcurl's), a second call on that name waits for the same
+ * lookup instead of starting one more (a resolver that hangs costs a
+ * thread per name, not per call), and the answer, when it comes after
+ * both have left, serves the next call, with no new lookup.
+ */
+static void slow_lookup(const char *url, int own)
+{
+    char u[1024];
+    struct timespec until;
+    int rc, waiting, calls;
+
+    with_host(u, sizeof(u), url, "slow.invalid");
+    rc = one_call(u);
     pthread_mutex_lock(&mu);
     waiting = slow_waiting;
     pthread_mutex_unlock(&mu);
@@ -124,8 +179,29 @@ static void slow_lookup(const char *url)
     CHECK(slow_calls >= 1, "slow.invalid was looked up (%d)", slow_calls);
     CHECK(waiting >= 1, "the call returned while its lookup still waited (%d "
           "waiting): it did not wait for the lookup", waiting);
-    if (s)
-        lease_store_close(s);
+
+    rc = one_call(u);
+    CHECK(rc == LEASE_ESTORE, "a second call on the name: ESTORE, got %d: %s", rc,
+          lease_errmsg());
+    CHECK(!own || slow_calls == 1, "the second call joined the lookup in flight: %d "
+          "lookups", slow_calls);
+
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += 20;
+    pthread_mutex_lock(&mu);
+    slow_released = 1;
+    pthread_cond_broadcast(&cv);
+    /* Bounded by `until`. */
+    while (slow_waiting > 0 && pthread_cond_timedwait(&cv, &mu, &until) == 0)
+        ;
+    calls = slow_calls;
+    pthread_mutex_unlock(&mu);
+    /* The lookup's thread may not have handed its answer over yet: then
+     * this call joins it for the moment that takes. */
+    rc = one_call(u);
+    CHECK(rc == 0, "the call after a late answer used it: got %d: %s", rc, lease_errmsg());
+    CHECK(!own || slow_calls == calls, "the call after a late answer looked the name up "
+          "again (%d lookups, %d before)", slow_calls, calls);
 }
 
 /* A name that resolves to the server works as its address does, and every
@@ -173,8 +249,46 @@ static void named_host(const char *url, int libpq)
     bad = sockets_bad;
     pthread_mutex_unlock(&mu);
     CHECK(seen >= 2, "the store made its sockets here (%d seen)", seen);
+    CHECK(named_on_caller == 0, "the name was looked up %d times on the caller's "
+          "thread, with no bound", named_on_caller);
     if (!libpq)
         CHECK(bad == 0, "%d of %d TCP sockets were made without SOCK_CLOEXEC", bad, seen);
+}
+
+/*
+ * PostgreSQL: a host and port that libpq would take from its environment
+ * (PGHOST, PGPORT) are what the store looks up and connects to, within the
+ * bound: two hosts, each of them a name, and no port in the URL; and a
+ * name in the URL with two addresses (the first refused), no port in the
+ * URL: PGPORT's port for both, as libpq would use (a list of hosts with no
+ * ports in a URL is libpq's 5432 for each, PGPORT or not).
+ */
+static void pg_defaults(const char *url)
+{
+    const char *at = strstr(url, "127.0.0.1:");
+    char u[1024], port[16];
+    size_t n;
+    int rc;
+
+    n = strspn(at + 10, "0123456789");
+    snprintf(port, sizeof(port), "%.*s", (int)(n < 15 ? n : 15), at + 10);
+    /* postgres://user:password@/db: no host, no port */
+    snprintf(u, sizeof(u), "%.*s%s", (int)(at - url), url, at + 10 + n);
+    setenv("PGHOST", "lease-test.invalid,lease-test.invalid", 1);
+    setenv("PGPORT", port, 1);
+    pthread_mutex_lock(&mu);
+    named_on_caller = 0;
+    pthread_mutex_unlock(&mu);
+    rc = one_call(u);
+    CHECK(rc == 0, "with PGHOST and PGPORT: got %d: %s", rc, lease_errmsg());
+    CHECK(named_on_caller == 0, "PGHOST's name was looked up %d times on the caller's "
+          "thread, with no bound", named_on_caller);
+    unsetenv("PGHOST");
+    snprintf(u, sizeof(u), "%.*stwo.invalid%s", (int)(at - url), url, at + 10 + n);
+    rc = one_call(u);
+    CHECK(rc == 0, "a name of two addresses, no port, PGPORT: got %d: %s", rc,
+          lease_errmsg());
+    unsetenv("PGPORT");
 }
 
 int main(int argc, char **argv)
@@ -186,9 +300,12 @@ int main(int argc, char **argv)
                         "scripts/test.sh starts them)\n");
         return 1;
     }
+    main_thread = pthread_self();
     lease_log_set(NULL, NULL, LEASE_LOG_OFF);
-    slow_lookup(argv[1]);
+    slow_lookup(argv[1], strncmp(argv[1], "etcd", 4) != 0);
     named_host(argv[1], strncmp(argv[1], "postgres", 8) == 0);
+    if (strncmp(argv[1], "postgres", 8) == 0)
+        pg_defaults(argv[1]);
 
     /* Let the lookups go, and see them end before exit (bounded). */
     clock_gettime(CLOCK_REALTIME, &until);

@@ -77,6 +77,20 @@ int lease__net_resolve(struct addrinfo **out, const lease_store *s, const char *
 void lease__net_free(struct addrinfo *addrs);
 int lease__net_connect(int *fd, const lease_store *s, const char *host, int port,
                        int64_t end);
+/* A name of a store's URL looked up by lease__net_resolve for a client
+ * library that takes addresses as libcurl's CURLOPT_RESOLVE does, so that
+ * the library looks up no name itself: lease__net_name_entry sets *entry
+ * to "host:port:addr[,addr...]" for authority ("host:port"; owned by n,
+ * valid until the next call on n), or NULL for a numeric address (nothing
+ * to look up). Looked up again each minute, within `end`; the addresses
+ * it had serve while the resolver is slow or silent (net.c says how). */
+typedef struct lease__net_name {
+    char *entry;
+    int64_t fresh_until;
+} lease__net_name;
+int lease__net_name_entry(const char **entry, lease__net_name *n, const lease_store *s,
+                          const char *authority, int64_t end);
+void lease__net_name_clear(lease__net_name *n);
 
 /* util/url.c: URLs of the form scheme:[//[user[:password]@]hosts][path][?query] */
 typedef struct lease__url_param {

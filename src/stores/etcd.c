@@ -160,6 +160,9 @@ typedef struct {
     int current;                    /* the endpoint that last answered */
     int grpc;                       /* calls over gRPC (transport=grpc, the
                                        default), but for the watch */
+    lease__net_name names[MAX_ENDPOINTS]; /* member i's addresses, looked up
+                                       by lease (etcd_resolve) */
+    struct curl_slist resolve[MAX_ENDPOINTS]; /* names[i]'s entry for curl */
     unsigned char h2[MAX_ENDPOINTS]; /* a gRPC call to member i just completed
                                        over HTTP/2: its connection is cached */
     char *prefix;
@@ -574,6 +577,8 @@ static void etcd_setopts(etcd_store *s, CURL *c, int idx, const char *url,
         curl_easy_setopt(c, CURLOPT_FORBID_REUSE, 1L);
     }
     curl_easy_setopt(c, CURLOPT_OPENSOCKETFUNCTION, etcd_open_socket);
+    if (s->resolve[idx].data)
+        curl_easy_setopt(c, CURLOPT_RESOLVE, &s->resolve[idx]);
     /* The whole request, connect included, within what is left of the
      * call's own deadline. */
     curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, (long)left_ms);
@@ -705,6 +710,27 @@ static void etcd_url(char *url, size_t size, const etcd_store *s, int idx, const
              grpc ? lease__etcd_pb_method(path) : path);
 }
 
+/*
+ * Member idx's addresses, for etcd_setopts to give curl, looked up within
+ * `end` by lease (lease__net_name_entry): curl's own lookup would start a
+ * thread per request while the resolver hangs, each left running at the
+ * timeout; lease's is one per name, and its late answer serves. A
+ * numeric address gives curl nothing to look up. CURLE_OK, or
+ * CURLE_COULDNT_RESOLVE_HOST (then nothing may be sent to idx).
+ */
+static CURLcode etcd_resolve(etcd_store *s, int idx, int64_t end)
+{
+    const char *entry;
+
+    s->resolve[idx].data = NULL;
+    s->resolve[idx].next = NULL;
+    if (lease__net_name_entry(&entry, &s->names[idx], &s->parent,
+                              strstr(s->endpoints[idx], "://") + 3, end) < 0)
+        return CURLE_COULDNT_RESOLVE_HOST;
+    s->resolve[idx].data = (char *)entry;
+    return CURLE_OK;
+}
+
 /* One request to member idx; *sent tells whether any of it may have
  * reached the member (then it may have been applied). */
 static CURLcode etcd_perform(int *sent, etcd_store *s, int idx, const char *path,
@@ -717,8 +743,15 @@ static CURLcode etcd_perform(int *sent, etcd_store *s, int idx, const char *path
     CURLcode cc = CURLE_OPERATION_TIMEDOUT;
     int again;
 
+    *sent = 0;
     if (hdr == NULL)
         return CURLE_OUT_OF_MEMORY;
+    /* The lookup has the connect's share of the time (etcd_setopts). */
+    if ((cc = etcd_resolve(s, idx, lease_clock_ns() +
+                                       (left_ms / tries_left + 1) * 1000000)) != CURLE_OK) {
+        lease__http_headers_free(hdr);
+        return cc;
+    }
     etcd_url(url, sizeof(url), s, idx, path, pl->grpc);
     for (again = 0; again < 2; again++) {
         etcd_body_reset(b);
@@ -1522,7 +1555,9 @@ static int etcd_pair(json_t **res, uint64_t *ka_ms, etcd_store *s, int64_t id, j
     /* Over gRPC, only on a connection that is there: two new ones would be
      * opened at once, not one shared (etcd_h2_version). */
     if (ok && h[1] && left > 0 &&
-        !(s->grpc && !s->h2[s->current] && !etcd_tls(s, s->current))) {
+        !(s->grpc && !s->h2[s->current] && !etcd_tls(s, s->current)) &&
+        etcd_resolve(s, s->current, lease_clock_ns() +
+                                        (left / s->nendpoints + 1) * 1000000) == CURLE_OK) {
         for (i = 0; i < 2; i++) {
             etcd_url(url, sizeof(url), s, s->current, path[i], pl[i].grpc);
             etcd_body_grpc_reset(&b[i], pl[i].grpc);
@@ -3493,8 +3528,10 @@ static void etcd_close(lease_store *base)
         curl_easy_cleanup(s->curl2);
     if (s->multi)
         curl_multi_cleanup(s->multi);
-    for (i = 0; i < s->nendpoints; i++)
+    for (i = 0; i < s->nendpoints; i++) {
         free(s->endpoints[i]);
+        lease__net_name_clear(&s->names[i]);
+    }
     free(s->prefix);
     free(s->cacert);
     free(s->cert);

@@ -1983,7 +1983,7 @@ static int kube_open(lease_store *base, const char *url)
     lease__url_free(&u);
     if (rc == 0 && s->token_file)
         rc = kube_token_read(s);
-    if (rc == 0 && (s->http = lease__http_new()) == NULL)
+    if (rc == 0 && (s->http = lease__http_new(&s->parent, strstr(s->base, "://") + 3)) == NULL)
         rc = lease__seterr(LEASE_ENOMEM, "cannot start libcurl");
     kube_begin(s);
     if (rc == 0)

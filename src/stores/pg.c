@@ -519,15 +519,23 @@ static int pg_host_entry(FILE *f[3], size_t *added, pg_store *s, const char *hos
  */
 static int pg_hostaddrs(char *out[3], pg_store *s, int64_t end)
 {
-    PQconninfoOption *opts = PQconninfoParse(s->conninfo, NULL);
-    PQconninfoOption *defs = PQconndefaults();
+    PQconninfoOption *opts = PQconninfoParse(s->conninfo, NULL), *defs = NULL;
     const char *host, *addr, *port;
     size_t len[3], i, nh, added = 0;
     FILE *f[3] = { NULL, NULL, NULL };
     int rc = 0, r;
 
     out[0] = out[1] = out[2] = NULL;
-    if (opts == NULL || defs == NULL) {
+    /* libpq's defaults only where they can matter: PQconndefaults() also
+     * finds the user's name (a passwd lookup through NSS, which may ask a
+     * directory with no bound) and reads the service file. */
+    if (opts && (!pg_opt(opts, "host") || !pg_opt(opts, "port") || getenv("PGHOSTADDR") ||
+                 getenv("PGSERVICE")) &&
+        (defs = PQconndefaults()) == NULL) {
+        PQconninfoFree(opts);
+        opts = NULL;
+    }
+    if (opts == NULL) {
         rc = lease__seterr(LEASE_ENOMEM, "out of memory");
         goto done;
     }
@@ -543,9 +551,17 @@ static int pg_hostaddrs(char *out[3], pg_store *s, int64_t end)
     for (i = 0; i < 3; i++)
         if ((f[i] = open_memstream(&out[i], &len[i])) == NULL)
             rc = lease__seterr(LEASE_ENOMEM, "out of memory");
-    for (i = 0; i < nh && rc == 0; i++)
-        if ((r = pg_host_entry(f, &added, s, host, port, i, end)) < 0 && r != LEASE_ESTORE)
+    /* Each name has its share of the time left, so that one whose lookup
+     * hangs leaves time for the next; one answered at once leaves its
+     * share. */
+    for (i = 0; i < nh && rc == 0; i++) {
+        int64_t now = lease_clock_ns();
+
+        if ((r = pg_host_entry(f, &added, s, host, port, i,
+                               now + (end - now) / (int64_t)(nh - i))) < 0 &&
+            r != LEASE_ESTORE)
             rc = r;
+    }
     if (rc == 0 && added == 0) /* every name failed: the last one's message */
         rc = LEASE_ESTORE;
 done:

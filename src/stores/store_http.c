@@ -25,6 +25,10 @@
 struct lease__http {
     CURL *curl;
     CURLM *multi;
+    const lease_store *store;   /* for the lookup's messages */
+    char *authority;            /* "host:port" of every request */
+    lease__net_name name;       /* its addresses, looked up by lease */
+    struct curl_slist resolve;  /* name's entry for curl */
 };
 
 typedef struct {
@@ -219,12 +223,17 @@ static CURLM *http_multi_new(void)
     return m;
 }
 
-lease__http *lease__http_new(void)
+lease__http *lease__http_new(const lease_store *store, const char *authority)
 {
     lease__http *h = calloc(1, sizeof(*h));
 
     pthread_once(&http_once, http_start);
-    if (h && ((h->curl = curl_easy_init()) == NULL || (h->multi = http_multi_new()) == NULL)) {
+    if (h) {
+        h->store = store;
+        h->authority = strdup(authority);
+    }
+    if (h && (h->authority == NULL || (h->curl = curl_easy_init()) == NULL ||
+              (h->multi = http_multi_new()) == NULL)) {
         lease__http_free(h);
         h = NULL;
     }
@@ -239,6 +248,8 @@ void lease__http_free(lease__http *h)
         curl_easy_cleanup(h->curl);
     if (h->multi)
         curl_multi_cleanup(h->multi);
+    free(h->authority);
+    lease__net_name_clear(&h->name);
     free(h);
 }
 
@@ -391,9 +402,17 @@ int lease__http_do(lease__http_answer *a, int *sent, lease__http *h,
     if (left_ms <= 0)
         return lease__seterr(LEASE_ETIMEOUT, "%s %s on %s: the call's timeout ran out "
                              "before the request was sent", store, what, where);
+    /* The server's addresses, looked up by lease: curl's own lookup would
+     * start a thread per request while the resolver hangs, each left
+     * running at the timeout; lease's is one per name (net.c). */
+    if ((rc = lease__net_name_entry((const char **)&h->resolve.data, &h->name, h->store,
+                                    h->authority, r->end_ns)) < 0)
+        return rc;
     if ((hdr = http_headers(r)) == NULL)
         return lease__seterr(LEASE_ENOMEM, "out of memory");
     http_setopts(h->curl, r, hdr, &b, left_ms);
+    if (h->resolve.data)
+        curl_easy_setopt(h->curl, CURLOPT_RESOLVE, &h->resolve);
     cc = http_run(h, lease_clock_ns() + (left_ms + 2000) * 1000000);
     lease__http_headers_free(hdr);
     *sent = http_sent(h->curl, cc);

@@ -24,6 +24,8 @@
 #include <string.h>
 #include <curl/curl.h>
 
+#include "lease/types.h"
+
 typedef struct lease__http lease__http;
 
 /* Called for each complete line of a streamed answer (no newline, not
@@ -53,8 +55,10 @@ typedef struct lease__http_answer {
     int stopped;         /* a stream's reader stopped it */
 } lease__http_answer;
 
-/* NULL when out of memory. Starts libcurl once per process. */
-lease__http *lease__http_new(void);
+/* NULL when out of memory. Starts libcurl once per process. Every request
+ * goes to authority ("host:port" of its URLs), whose name lease looks up
+ * (lease__net_name_entry; `store` names it in messages), not curl. */
+lease__http *lease__http_new(const lease_store *store, const char *authority);
 void lease__http_free(lease__http *h);
 
 /*

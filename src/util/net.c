@@ -16,6 +16,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <arpa/inet.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -38,6 +39,7 @@
  * timeout then still lets the call after it connect.
  */
 #define NET_LOOKUPS_MAX 64
+#define NET_LATE_MAX 64
 #define NET_LATE_KEEP_NS (30 * (int64_t)1000000000)
 
 typedef struct net_lookup {
@@ -56,8 +58,29 @@ static pthread_cond_t net_cv;    /* CLOCK_MONOTONIC; a lookup has ended */
 static pthread_once_t net_once = PTHREAD_ONCE_INIT;
 static net_lookup *net_lookups;
 static int net_in_flight;
+static int net_late; /* late answers kept */
 
-static void net_init(void)
+/* Under net_mu: take l out of the list and free it. */
+static void lookup_free(net_lookup *l)
+{
+    net_lookup **pp;
+
+    /* Bounded by the list, at most NET_LOOKUPS_MAX and NET_LATE_MAX. */
+    for (pp = &net_lookups; *pp != NULL; pp = &(*pp)->next)
+        if (*pp == l) {
+            *pp = l->next;
+            break;
+        }
+    if (l->late_until)
+        net_late--;
+    if (l->res)
+        freeaddrinfo(l->res);
+    free(l->host);
+    free(l->port);
+    free(l);
+}
+
+static void cv_init(void)
 {
     pthread_condattr_t ca;
 
@@ -67,22 +90,41 @@ static void net_init(void)
     pthread_condattr_destroy(&ca);
 }
 
-/* Under net_mu: take l out of the list and free it. */
-static void lookup_free(net_lookup *l)
+/*
+ * fork(): the child has none of the lookup threads, so a lookup in flight
+ * would never end there, and every call of its name in the child would
+ * wait for it to its deadline (64 of them would refuse every name). Nor
+ * may the child find net_mu held by a thread it does not have. So fork
+ * takes the lock (released on both sides, as src/core/store.c's), and the
+ * child starts with an empty list: there it is the only thread, with no
+ * caller waiting on any lookup.
+ */
+static void fork_prepare(void)
 {
-    net_lookup **pp;
+    pthread_mutex_lock(&net_mu);
+}
 
-    /* Bounded by the list, at most NET_LOOKUPS_MAX and the late ones. */
-    for (pp = &net_lookups; *pp != NULL; pp = &(*pp)->next)
-        if (*pp == l) {
-            *pp = l->next;
-            break;
-        }
-    if (l->res)
-        freeaddrinfo(l->res);
-    free(l->host);
-    free(l->port);
-    free(l);
+static void fork_parent(void)
+{
+    pthread_mutex_unlock(&net_mu);
+}
+
+static void fork_child(void)
+{
+    net_lookup *l;
+
+    /* Bounded by the list, at most NET_LOOKUPS_MAX and NET_LATE_MAX. */
+    while ((l = net_lookups) != NULL)
+        lookup_free(l);
+    net_in_flight = net_late = 0;
+    cv_init();
+    pthread_mutex_unlock(&net_mu);
+}
+
+static void net_init(void)
+{
+    cv_init();
+    pthread_atfork(fork_prepare, fork_parent, fork_child);
 }
 
 static void *lookup_thread(void *arg)
@@ -104,10 +146,12 @@ static void *lookup_thread(void *arg)
     l->done = 1;
     net_in_flight--;
     if (l->waiters == 0) { /* everyone left: keep an answer for the next */
-        if (err == 0 && l->res != NULL)
+        if (err == 0 && l->res != NULL && net_late < NET_LATE_MAX) {
             l->late_until = lease_clock_ns() + NET_LATE_KEEP_NS;
-        else
+            net_late++;
+        } else {
             lookup_free(l);
+        }
     }
     pthread_cond_broadcast(&net_cv);
     pthread_mutex_unlock(&net_mu);
@@ -121,7 +165,7 @@ static int lookup_failed(const lease_store *s, const char *host, const char *why
 }
 
 /* Start the lookup's thread with every signal blocked, so that a signal
- * meant for the program is never run on it. */
+ * meant for the program is never run on it: 0 or pthread_create's error. */
 static int lookup_start(net_lookup *l)
 {
     sigset_t all, old;
@@ -129,15 +173,15 @@ static int lookup_start(net_lookup *l)
     pthread_t t;
     int rc;
 
-    if (pthread_attr_init(&a) != 0)
-        return -1;
+    if ((rc = pthread_attr_init(&a)) != 0)
+        return rc;
     pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
     sigfillset(&all);
     pthread_sigmask(SIG_SETMASK, &all, &old);
     rc = pthread_create(&t, &a, lookup_thread, l);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     pthread_attr_destroy(&a);
-    return rc == 0 ? 0 : -1;
+    return rc;
 }
 
 /* Under net_mu: the lookup of host:port to wait for (waiters counted),
@@ -148,6 +192,7 @@ static int lookup_get(net_lookup **out, const lease_store *s, const char *host,
 {
     int64_t now = lease_clock_ns();
     net_lookup *l, *next;
+    int err;
 
     *out = NULL;
     /* Bounded by the list, at most NET_LOOKUPS_MAX and the late ones. */
@@ -174,11 +219,11 @@ static int lookup_get(net_lookup **out, const lease_store *s, const char *host,
     }
     l->next = net_lookups;
     net_lookups = l;
-    if (lookup_start(l) < 0) {
+    if ((err = lookup_start(l)) != 0) {
         lookup_free(l);
         return lease__seterr(LEASE_ESTORE, "cannot connect to %s %s: cannot start a "
-                             "thread for the name lookup", s->backend->name,
-                             s->url_redacted);
+                             "thread for the name lookup: %s", s->backend->name,
+                             s->url_redacted, strerror(err));
     }
     net_in_flight++;
     l->waiters = 1;
@@ -236,14 +281,17 @@ static int lookup_answer(struct addrinfo **out, const lease_store *s, const net_
     if (l->err == 0)
         return lookup_failed(s, host, "no address");
     if (l->err == EAI_SYSTEM)
-        snprintf(why, sizeof(why), "%s", strerror(l->sys_errno));
+        snprintf(why, sizeof(why), "%s", l->sys_errno ? strerror(l->sys_errno)
+                                                      : "system error");
     else
         snprintf(why, sizeof(why), "%s", gai_strerror(l->err));
     return lookup_failed(s, host, why);
 }
 
-int lease__net_resolve(struct addrinfo **out, const lease_store *s, const char *host,
-                       int port, int64_t end)
+/* lease__net_resolve; *silent tells a failure that is the resolver's
+ * silence (no answer in time, EAI_AGAIN) from an answer. */
+static int net_resolve(struct addrinfo **out, int *silent, const lease_store *s,
+                       const char *host, int port, int64_t end)
 {
     struct addrinfo hints, *res;
     char ports[16];
@@ -251,6 +299,7 @@ int lease__net_resolve(struct addrinfo **out, const lease_store *s, const char *
     int rc;
 
     *out = NULL;
+    *silent = 0;
     if (host == NULL || *host == '\0' || port < 0 || port > 65535)
         return lease__seterr(LEASE_EINVALID, "a host and a port 0..65535 are required");
     snprintf(ports, sizeof(ports), "%d", port);
@@ -263,8 +312,10 @@ int lease__net_resolve(struct addrinfo **out, const lease_store *s, const char *
         freeaddrinfo(res);
         return rc;
     }
-    if (lease_clock_ns() >= end)
+    if (lease_clock_ns() >= end) {
+        *silent = 1;
         return lookup_failed(s, host, "no time left for the lookup");
+    }
     pthread_once(&net_once, net_init);
     pthread_mutex_lock(&net_mu);
     if ((rc = lookup_get(&l, s, host, ports)) < 0) {
@@ -275,6 +326,7 @@ int lease__net_resolve(struct addrinfo **out, const lease_store *s, const char *
     while (!l->done && lease__cond_wait_until(&net_cv, &net_mu, end) == 0)
         ;
     l->waiters--;
+    *silent = !l->done || l->err == EAI_AGAIN;
     if (!l->done) /* the thread keeps it, and its answer for the next call */
         rc = lease__seterr(LEASE_ESTORE, "cannot connect to %s %s: the name lookup of "
                            "%s gave no answer within the %llu ms timeout",
@@ -286,6 +338,103 @@ int lease__net_resolve(struct addrinfo **out, const lease_store *s, const char *
         lookup_free(l);
     pthread_mutex_unlock(&net_mu);
     return rc;
+}
+
+int lease__net_resolve(struct addrinfo **out, const lease_store *s, const char *host,
+                       int port, int64_t end)
+{
+    int silent;
+
+    return net_resolve(out, &silent, s, host, port, end);
+}
+
+/*
+ * A name for libcurl's CURLOPT_RESOLVE (lease_int.h). Looked up again
+ * after NET_NAME_FRESH_NS, as libcurl's own cache would. While a new
+ * lookup is slow (NET_NAME_STALE_WAIT_NS) or the resolver is silent, the
+ * addresses it had serve (tried again after NET_NAME_RETRY_NS): a
+ * connection to them worked until now, and a slow resolver must not
+ * take a call's time once a minute. A name the resolver says is gone is
+ * gone.
+ */
+#define NET_NAME_FRESH_NS (60 * (int64_t)1000000000)
+#define NET_NAME_STALE_WAIT_NS (50 * (int64_t)1000000)
+#define NET_NAME_RETRY_NS (1 * (int64_t)1000000000)
+
+/* "host:port:addr[,addr...]" from an answer (IPv6 in brackets; a scoped
+ * address, which curl's parser takes for no address, left out); NULL
+ * when none is left or out of memory. */
+static char *name_entry(const char *host, int port, const struct addrinfo *res)
+{
+    char num[INET6_ADDRSTRLEN + 8], *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    int n = 0;
+
+    if (f == NULL)
+        return NULL;
+    fprintf(f, "%s:%d:", host, port);
+    /* Bounded by the addresses of one answer. */
+    for (; res != NULL; res = res->ai_next)
+        if (getnameinfo(res->ai_addr, res->ai_addrlen, num, sizeof(num), NULL, 0,
+                        NI_NUMERICHOST) == 0 && strchr(num, '%') == NULL)
+            fprintf(f, res->ai_family == AF_INET6 ? "%s[%s]" : "%s%s", n++ ? "," : "", num);
+    if (fclose(f) != 0 || n == 0) {
+        free(buf);
+        return NULL;
+    }
+    return buf;
+}
+
+int lease__net_name_entry(const char **entry, lease__net_name *n, const lease_store *s,
+                          const char *authority, int64_t end)
+{
+    const char *colon = strrchr(authority, ':');
+    struct addrinfo *res;
+    struct in_addr v4;
+    char host[256], *e;
+    int64_t now = lease_clock_ns(), wait_end = end;
+    long port;
+    int rc, silent;
+
+    *entry = NULL;
+    if (authority[0] == '[') /* an IPv6 address: nothing to look up */
+        return 0;
+    if (colon == NULL || colon == authority || (size_t)(colon - authority) >= sizeof(host) ||
+        (port = strtol(colon + 1, &e, 10)) <= 0 || port > 65535 || *e != '\0')
+        return lease__seterr(LEASE_EINVALID, "'%.64s' is not host:port", authority);
+    snprintf(host, sizeof(host), "%.*s", (int)(colon - authority), authority);
+    if (inet_pton(AF_INET, host, &v4) == 1)
+        return 0;
+    if (n->entry && now < n->fresh_until) {
+        *entry = n->entry;
+        return 0;
+    }
+    if (n->entry && now + NET_NAME_STALE_WAIT_NS < end)
+        wait_end = now + NET_NAME_STALE_WAIT_NS;
+    if ((rc = net_resolve(&res, &silent, s, host, (int)port, wait_end)) == 0) {
+        e = name_entry(host, (int)port, res);
+        lease__net_free(res);
+        if (e == NULL)
+            return lookup_failed(s, host, "no address curl takes (or out of memory)");
+        free(n->entry);
+        n->entry = e;
+        n->fresh_until = now + NET_NAME_FRESH_NS;
+    } else if (silent && n->entry) {
+        n->fresh_until = now + NET_NAME_RETRY_NS;
+    } else {
+        lease__net_name_clear(n);
+        return rc;
+    }
+    *entry = n->entry;
+    return 0;
+}
+
+void lease__net_name_clear(lease__net_name *n)
+{
+    free(n->entry);
+    n->entry = NULL;
+    n->fresh_until = 0;
 }
 
 /* Connect a socket to one address until `end`: 0, or an errno value. */

@@ -14,8 +14,11 @@
  *    with ESTORE, while the lookup is still waiting, and the late answer
  *    serve the next call;
  *  - the name "lease-test.invalid" answers 127.0.0.1: the URL with it in
- *    place of 127.0.0.1 must work as the URL does, with no lookup on the
- *    caller's thread (where nothing bounds it);
+ *    place of 127.0.0.1 must work as the URL does, looked up by the store,
+ *    with no lookup on the caller's thread (where nothing bounds it);
+ *    Kubernetes, whose plain-HTTP URLs take only a local name, is given
+ *    "localhost" (looked up by libc as always) instead;
+ *  - the name "hang.invalid" does not answer until the end of the test;
  *  - the name "two.invalid" answers ::1 (where no test server listens)
  *    and 127.0.0.1 (PostgreSQL's ports, below);
  *  - every TCP socket made while a store runs is counted, and one made
@@ -30,10 +33,12 @@
 #include <errno.h>
 #include <netdb.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -46,9 +51,11 @@ static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
 static int slow_waiting;  /* lookups of slow.invalid not answered yet */
 static int slow_calls;
 static int slow_released;
+static int hang_released; /* hang.invalid: as slow.invalid, let go at the end */
 static int sockets_seen, sockets_bad;
 static pthread_t main_thread;
-static int named_on_caller; /* lookups of lease-test.invalid with no bound */
+static int named_on_caller; /* lookups of a test name with no bound */
+static int named_seen;      /* lookups of lease-test.invalid and localhost */
 
 typedef int (*gai_fn)(const char *, const char *, const struct addrinfo *,
                       struct addrinfo **);
@@ -59,23 +66,25 @@ int getaddrinfo(const char *node, const char *service, const struct addrinfo *hi
 {
     gai_fn real = (gai_fn)dlsym(RTLD_NEXT, "getaddrinfo");
 
-    if (node && (strcmp(node, "slow.invalid") == 0 ||
+    if (node && (strcmp(node, "slow.invalid") == 0 || strcmp(node, "hang.invalid") == 0 ||
                  strcmp(node, "lease-test.invalid") == 0) &&
         hints && (hints->ai_flags & AI_NUMERICHOST))
         return EAI_NONAME; /* not an address: answered at once, as libc does */
-    if (node && strcmp(node, "slow.invalid") == 0) {
+    if (node && (strcmp(node, "slow.invalid") == 0 || strcmp(node, "hang.invalid") == 0)) {
+        int *go = strcmp(node, "slow.invalid") == 0 ? &slow_released : &hang_released;
         struct timespec until;
         int released;
 
         clock_gettime(CLOCK_REALTIME, &until);
         until.tv_sec += 20; /* bounded, should the test never let it go */
         pthread_mutex_lock(&mu);
-        slow_calls++;
+        if (go == &slow_released)
+            slow_calls++;
         slow_waiting++;
-        while (!slow_released && pthread_cond_timedwait(&cv, &mu, &until) == 0)
+        while (!*go && pthread_cond_timedwait(&cv, &mu, &until) == 0)
             ;
         slow_waiting--;
-        released = slow_released;
+        released = *go;
         pthread_cond_broadcast(&cv);
         pthread_mutex_unlock(&mu);
         if (!released)
@@ -88,6 +97,10 @@ int getaddrinfo(const char *node, const char *service, const struct addrinfo *hi
 
         if (h.ai_flags & AI_NUMERICHOST)
             return EAI_NONAME;
+        pthread_mutex_lock(&mu);
+        if (pthread_equal(pthread_self(), main_thread))
+            named_on_caller++;
+        pthread_mutex_unlock(&mu);
         /* ::1 first, where no test server listens: refused, the next. */
         h.ai_flags = AI_NUMERICHOST;
         h.ai_family = AF_INET6;
@@ -102,12 +115,15 @@ int getaddrinfo(const char *node, const char *service, const struct addrinfo *hi
         *res = v6;
         return 0;
     }
-    if (node && strcmp(node, "lease-test.invalid") == 0) {
+    if (node && (strcmp(node, "lease-test.invalid") == 0 || strcmp(node, "localhost") == 0) &&
+        !(hints && (hints->ai_flags & AI_NUMERICHOST))) {
         pthread_mutex_lock(&mu);
+        named_seen++;
         if (pthread_equal(pthread_self(), main_thread))
             named_on_caller++;
         pthread_mutex_unlock(&mu);
-        node = "127.0.0.1";
+        if (strcmp(node, "lease-test.invalid") == 0)
+            node = "127.0.0.1";
     }
     return real(node, service, hints, res);
 }
@@ -139,14 +155,14 @@ static void with_host(char *out, size_t size, const char *url, const char *host)
     snprintf(out, size, "%.*s%s%s", (int)(at - url), url, host, at + 9);
 }
 
-/* One call on url with a 300 ms timeout: 0 when the store answered (the
+/* One call on url with a timeout of ms: 0 when the store answered (the
  * key was never acquired: ENOTFOUND), else its error. A store may connect
  * as it opens: then the open is the call. */
-static int one_call(const char *url)
+static int call_within(const char *url, uint64_t ms)
 {
     lease_store *s = NULL;
     lease_info h;
-    int rc = lease_store_open_timeout(&s, url, 300);
+    int rc = lease_store_open_timeout(&s, url, ms);
 
     if (rc == 0)
         rc = lease_inspect(&h, s, "net-bound");
@@ -155,15 +171,55 @@ static int one_call(const char *url)
     return rc == LEASE_ENOTFOUND ? 0 : rc;
 }
 
+static int one_call(const char *url)
+{
+    return call_within(url, 300);
+}
+
+static void nap_ms(long ms)
+{
+    struct timespec t = { ms / 1000, (ms % 1000) * 1000000 };
+
+    /* Bounded: an interrupted nap is not resumed. */
+    nanosleep(&t, NULL);
+}
+
+/*
+ * A child forked while a lookup of u is in flight (its thread left in the
+ * parent) looks the name up itself: the child's call succeeds (its lookup
+ * is answered: the lookups of the child are let go) where one that waited
+ * for the parent's lookup would time out.
+ */
+static void forked_call(const char *u)
+{
+    int status = 0;
+    pid_t pid = fork();
+
+    if (pid == 0) {
+        /* The child is this thread alone: the stub's lock is free unless
+         * a parent thread held it at the fork. */
+        pthread_mutex_init(&mu, NULL);
+        main_thread = pthread_self();
+        slow_released = 1;
+        _exit(one_call(u) == 0 ? 0 : 1);
+    }
+    CHECK(pid > 0, "fork: %s", strerror(errno));
+    if (pid <= 0)
+        return;
+    CHECK(waitpid(pid, &status, 0) == pid, "waitpid: %s", strerror(errno));
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "a child forked while the "
+          "lookup was in flight could not look the name up itself (status %d)", status);
+}
+
 /*
  * A call on a name whose lookup does not answer ends within the timeout.
- * Where the store looks names up itself (own: PostgreSQL, Redis; etcd's
- * lookups are libcurl's), a second call on that name waits for the same
+ * The store looks names up itself (etcd's too, whose libcurl is given the
+ * addresses): a second call on that name waits for the same
  * lookup instead of starting one more (a resolver that hangs costs a
  * thread per name, not per call), and the answer, when it comes after
  * both have left, serves the next call, with no new lookup.
  */
-static void slow_lookup(const char *url, int own)
+static void slow_lookup(const char *url)
 {
     char u[1024];
     struct timespec until;
@@ -179,11 +235,12 @@ static void slow_lookup(const char *url, int own)
     CHECK(slow_calls >= 1, "slow.invalid was looked up (%d)", slow_calls);
     CHECK(waiting >= 1, "the call returned while its lookup still waited (%d "
           "waiting): it did not wait for the lookup", waiting);
+    forked_call(u);
 
     rc = one_call(u);
     CHECK(rc == LEASE_ESTORE, "a second call on the name: ESTORE, got %d: %s", rc,
           lease_errmsg());
-    CHECK(!own || slow_calls == 1, "the second call joined the lookup in flight: %d "
+    CHECK(slow_calls == 1, "the second call joined the lookup in flight: %d "
           "lookups", slow_calls);
 
     clock_gettime(CLOCK_REALTIME, &until);
@@ -197,16 +254,26 @@ static void slow_lookup(const char *url, int own)
     calls = slow_calls;
     pthread_mutex_unlock(&mu);
     /* The lookup's thread may not have handed its answer over yet: then
-     * this call joins it for the moment that takes. */
+     * this call joins it for the moment that takes, and passes the same.
+     * The pause only makes the answer kept (what is checked) near certain
+     * to be the one found, not the lookup still in flight. */
+    nap_ms(200);
     rc = one_call(u);
     CHECK(rc == 0, "the call after a late answer used it: got %d: %s", rc, lease_errmsg());
-    CHECK(!own || slow_calls == calls, "the call after a late answer looked the name up "
+    CHECK(slow_calls == calls, "the call after a late answer looked the name up "
           "again (%d lookups, %d before)", slow_calls, calls);
+    /* Once: the call after that looks the name up anew. */
+    rc = one_call(u);
+    CHECK(rc == 0, "the call after that: got %d: %s", rc, lease_errmsg());
+    CHECK(slow_calls == calls + 1, "a late answer served twice (%d lookups, %d "
+          "before)", slow_calls, calls);
 }
 
-/* A name that resolves to the server works as its address does, and every
- * socket made meanwhile is close-on-exec from socket() on. */
-static void named_host(const char *url, int libpq)
+/* A name that resolves to the server works as its address does, looked
+ * up by the store (not the client library under it, which would do it
+ * with no bound or with a thread per call), and every socket made
+ * meanwhile is close-on-exec from socket() on. */
+static void named_host(const char *url, const char *name, int libpq)
 {
     char u[1024], owner[LEASE_OWNER_BUFSZ], key[64];
     lease_acquire_opts o = LEASE_ACQUIRE_OPTS_INIT;
@@ -216,11 +283,11 @@ static void named_host(const char *url, int libpq)
     lease_info h;
     int rc, seen, bad;
 
-    with_host(u, sizeof(u), url, "lease-test.invalid");
+    with_host(u, sizeof(u), url, name);
     lease_owner_new(owner);
     snprintf(key, sizeof(key), "net-bound-%.8s", owner);
     pthread_mutex_lock(&mu);
-    sockets_seen = sockets_bad = 0;
+    sockets_seen = sockets_bad = named_seen = 0;
     pthread_mutex_unlock(&mu);
     rc = lease_store_open(&s, u);
     CHECK(rc == 0, "open %s: %s", u, lease_errmsg());
@@ -249,6 +316,8 @@ static void named_host(const char *url, int libpq)
     bad = sockets_bad;
     pthread_mutex_unlock(&mu);
     CHECK(seen >= 2, "the store made its sockets here (%d seen)", seen);
+    CHECK(named_seen >= 1, "%s was not looked up by the store (%d lookups)", name,
+          named_seen);
     CHECK(named_on_caller == 0, "the name was looked up %d times on the caller's "
           "thread, with no bound", named_on_caller);
     if (!libpq)
@@ -283,11 +352,18 @@ static void pg_defaults(const char *url)
     CHECK(rc == 0, "with PGHOST and PGPORT: got %d: %s", rc, lease_errmsg());
     CHECK(named_on_caller == 0, "PGHOST's name was looked up %d times on the caller's "
           "thread, with no bound", named_on_caller);
+    /* A first name whose lookup hangs leaves the second its share. */
+    setenv("PGHOST", "hang.invalid,lease-test.invalid", 1);
+    rc = call_within(u, 2000);
+    CHECK(rc == 0, "PGHOST's second name after one that hangs: got %d: %s", rc,
+          lease_errmsg());
     unsetenv("PGHOST");
     snprintf(u, sizeof(u), "%.*stwo.invalid%s", (int)(at - url), url, at + 10 + n);
     rc = one_call(u);
     CHECK(rc == 0, "a name of two addresses, no port, PGPORT: got %d: %s", rc,
           lease_errmsg());
+    CHECK(named_on_caller == 0, "two.invalid was looked up %d times on the caller's "
+          "thread, with no bound", named_on_caller);
     unsetenv("PGPORT");
 }
 
@@ -302,8 +378,14 @@ int main(int argc, char **argv)
     }
     main_thread = pthread_self();
     lease_log_set(NULL, NULL, LEASE_LOG_OFF);
-    slow_lookup(argv[1], strncmp(argv[1], "etcd", 4) != 0);
-    named_host(argv[1], strncmp(argv[1], "postgres", 8) == 0);
+    /* Kubernetes over plain HTTP takes only a local name: localhost,
+     * which libcurl would answer itself (no lookup); the store does. */
+    if (strncmp(argv[1], "kubernetes", 10) == 0) {
+        named_host(argv[1], "localhost", 0);
+    } else {
+        slow_lookup(argv[1]);
+        named_host(argv[1], "lease-test.invalid", strncmp(argv[1], "postgres", 8) == 0);
+    }
     if (strncmp(argv[1], "postgres", 8) == 0)
         pg_defaults(argv[1]);
 
@@ -311,7 +393,7 @@ int main(int argc, char **argv)
     clock_gettime(CLOCK_REALTIME, &until);
     until.tv_sec += 20;
     pthread_mutex_lock(&mu);
-    slow_released = 1;
+    slow_released = hang_released = 1;
     pthread_cond_broadcast(&cv);
     while (slow_waiting > 0 && pthread_cond_timedwait(&cv, &mu, &until) == 0)
         ;

@@ -163,6 +163,7 @@ typedef struct {
     lease__net_name names[MAX_ENDPOINTS]; /* member i's addresses, looked up
                                        by lease (etcd_resolve) */
     struct curl_slist resolve[MAX_ENDPOINTS]; /* names[i]'s entry for curl */
+    char resolve_msg[256];          /* why the last etcd_resolve failed */
     unsigned char h2[MAX_ENDPOINTS]; /* a gRPC call to member i just completed
                                        over HTTP/2: its connection is cached */
     char *prefix;
@@ -724,9 +725,12 @@ static CURLcode etcd_resolve(etcd_store *s, int idx, int64_t end)
 
     s->resolve[idx].data = NULL;
     s->resolve[idx].next = NULL;
+    s->resolve_msg[0] = '\0';
     if (lease__net_name_entry(&entry, &s->names[idx], &s->parent,
-                              strstr(s->endpoints[idx], "://") + 3, end) < 0)
+                              strstr(s->endpoints[idx], "://") + 3, end) < 0) {
+        snprintf(s->resolve_msg, sizeof(s->resolve_msg), "%s", lease_errmsg());
         return CURLE_COULDNT_RESOLVE_HOST;
+    }
     s->resolve[idx].data = (char *)entry;
     return CURLE_OK;
 }
@@ -739,19 +743,23 @@ static CURLcode etcd_perform(int *sent, etcd_store *s, int idx, const char *path
 {
     char url[512];
     struct curl_slist *hdr = etcd_headers(s, path, pl->grpc);
-    int64_t end = lease_clock_ns() + (left_ms + 2000) * 1000000;
+    int64_t t0 = lease_clock_ns(), end;
     CURLcode cc = CURLE_OPERATION_TIMEDOUT;
     int again;
 
     *sent = 0;
     if (hdr == NULL)
         return CURLE_OUT_OF_MEMORY;
-    /* The lookup has the connect's share of the time (etcd_setopts). */
-    if ((cc = etcd_resolve(s, idx, lease_clock_ns() +
-                                       (left_ms / tries_left + 1) * 1000000)) != CURLE_OK) {
+    /* The lookup has the connect's share of the time (etcd_setopts), and
+     * what it took is the request's no more. */
+    if ((cc = etcd_resolve(s, idx, t0 + (left_ms / tries_left + 1) * 1000000)) == CURLE_OK &&
+        (left_ms -= (lease_clock_ns() - t0) / 1000000) <= 0)
+        cc = CURLE_OPERATION_TIMEDOUT;
+    if (cc != CURLE_OK) {
         lease__http_headers_free(hdr);
         return cc;
     }
+    end = lease_clock_ns() + (left_ms + 2000) * 1000000;
     etcd_url(url, sizeof(url), s, idx, path, pl->grpc);
     for (again = 0; again < 2; again++) {
         etcd_body_reset(b);
@@ -787,6 +795,9 @@ static int etcd_failed(etcd_store *s, CURLcode cc, int sent, int idx,
         return lease__seterr(LEASE_ESTORE, "etcd %s on %s: timed out after %lld ms "
                              "waiting for the answer of %s (the outcome is unknown)",
                              what, url, (long long)waited_ms, s->endpoints[idx]);
+    if (cc == CURLE_COULDNT_RESOLVE_HOST && s->resolve_msg[0])
+        return lease__seterr(LEASE_ESTORE, "etcd %s on %s: %s (no member reachable)", what,
+                             url, s->resolve_msg);
     /* curl_easy_strerror() is a fixed text per code: it never echoes the
      * URL (and etcd URLs carry no password). */
     return lease__seterr(LEASE_ESTORE, "etcd %s on %s: %s%s%s", what, url,
@@ -1556,8 +1567,8 @@ static int etcd_pair(json_t **res, uint64_t *ka_ms, etcd_store *s, int64_t id, j
      * opened at once, not one shared (etcd_h2_version). */
     if (ok && h[1] && left > 0 &&
         !(s->grpc && !s->h2[s->current] && !etcd_tls(s, s->current)) &&
-        etcd_resolve(s, s->current, lease_clock_ns() +
-                                        (left / s->nendpoints + 1) * 1000000) == CURLE_OK) {
+        etcd_resolve(s, s->current, t0 + (left / s->nendpoints + 1) * 1000000) == CURLE_OK &&
+        (left = (s->end_ns - lease_clock_ns()) / 1000000) > 0) {
         for (i = 0; i < 2; i++) {
             etcd_url(url, sizeof(url), s, s->current, path[i], pl[i].grpc);
             etcd_body_grpc_reset(&b[i], pl[i].grpc);

@@ -553,12 +553,13 @@ static int pg_hostaddrs(char *out[3], pg_store *s, int64_t end)
             rc = lease__seterr(LEASE_ENOMEM, "out of memory");
     /* Each name has its share of the time left, so that one whose lookup
      * hangs leaves time for the next; one answered at once leaves its
-     * share. */
+     * share. Once a name has addresses, connecting to them is one more
+     * share: a last name that hangs must not take all of it. */
     for (i = 0; i < nh && rc == 0; i++) {
         int64_t now = lease_clock_ns();
 
         if ((r = pg_host_entry(f, &added, s, host, port, i,
-                               now + (end - now) / (int64_t)(nh - i))) < 0 &&
+                               now + (end - now) / (int64_t)(nh - i + (added > 0)))) < 0 &&
             r != LEASE_ESTORE)
             rc = r;
     }

@@ -399,15 +399,17 @@ int lease__http_do(lease__http_answer *a, int *sent, lease__http *h,
     memset(a, 0, sizeof(*a));
     a->date_s = a->retry_after_s = -1;
     *sent = 0;
-    if (left_ms <= 0)
-        return lease__seterr(LEASE_ETIMEOUT, "%s %s on %s: the call's timeout ran out "
-                             "before the request was sent", store, what, where);
     /* The server's addresses, looked up by lease: curl's own lookup would
      * start a thread per request while the resolver hangs, each left
-     * running at the timeout; lease's is one per name (net.c). */
-    if ((rc = lease__net_name_entry((const char **)&h->resolve.data, &h->name, h->store,
+     * running at the timeout; lease's is one per name (net.c). What the
+     * lookup took is the request's no more. */
+    if (left_ms > 0 &&
+        (rc = lease__net_name_entry((const char **)&h->resolve.data, &h->name, h->store,
                                     h->authority, r->end_ns)) < 0)
         return rc;
+    if ((left_ms = (r->end_ns - lease_clock_ns()) / 1000000) <= 0)
+        return lease__seterr(LEASE_ETIMEOUT, "%s %s on %s: the call's timeout ran out "
+                             "before the request was sent", store, what, where);
     if ((hdr = http_headers(r)) == NULL)
         return lease__seterr(LEASE_ENOMEM, "out of memory");
     http_setopts(h->curl, r, hdr, &b, left_ms);

@@ -136,7 +136,10 @@ static void *lookup_thread(void *arg)
     memset(&hints, 0, sizeof(hints));
     hints.ai_family = AF_UNSPEC;
     hints.ai_socktype = SOCK_STREAM;
-    hints.ai_flags = AI_ADDRCONFIG;
+    /* No AI_ADDRCONFIG: it counts no loopback address, so a
+     * host whose only IPv6 address is ::1 would lose localhost's ::1. An
+     * address of a family the host cannot reach fails its connect at once,
+     * leaving the time to the next address (lease__net_connect, libpq). */
     err = getaddrinfo(l->host, l->port, &hints, &res);
     e = errno;
     pthread_mutex_lock(&net_mu);
@@ -288,9 +291,21 @@ static int lookup_answer(struct addrinfo **out, const lease_store *s, const net_
     return lookup_failed(s, host, why);
 }
 
-/* lease__net_resolve; *silent tells a failure that is the resolver's
- * silence (no answer in time, EAI_AGAIN) from an answer. */
-static int net_resolve(struct addrinfo **out, int *silent, const lease_store *s,
+/* The resolver's answer that the name has no address (not a failure of
+ * the resolver or of this process). */
+static int answer_gone(int err)
+{
+#ifdef EAI_NODATA
+    if (err == EAI_NODATA)
+        return 1;
+#endif
+    return err == EAI_NONAME || err == 0;
+}
+
+/* lease__net_resolve; *gone tells a failure that is the resolver's
+ * answer that the name has no address from any other (no answer in time,
+ * EAI_AGAIN, too many lookups, out of memory or threads). */
+static int net_resolve(struct addrinfo **out, int *gone, const lease_store *s,
                        const char *host, int port, int64_t end)
 {
     struct addrinfo hints, *res;
@@ -299,7 +314,7 @@ static int net_resolve(struct addrinfo **out, int *silent, const lease_store *s,
     int rc;
 
     *out = NULL;
-    *silent = 0;
+    *gone = 0;
     if (host == NULL || *host == '\0' || port < 0 || port > 65535)
         return lease__seterr(LEASE_EINVALID, "a host and a port 0..65535 are required");
     snprintf(ports, sizeof(ports), "%d", port);
@@ -312,10 +327,8 @@ static int net_resolve(struct addrinfo **out, int *silent, const lease_store *s,
         freeaddrinfo(res);
         return rc;
     }
-    if (lease_clock_ns() >= end) {
-        *silent = 1;
+    if (lease_clock_ns() >= end)
         return lookup_failed(s, host, "no time left for the lookup");
-    }
     pthread_once(&net_once, net_init);
     pthread_mutex_lock(&net_mu);
     if ((rc = lookup_get(&l, s, host, ports)) < 0) {
@@ -326,7 +339,7 @@ static int net_resolve(struct addrinfo **out, int *silent, const lease_store *s,
     while (!l->done && lease__cond_wait_until(&net_cv, &net_mu, end) == 0)
         ;
     l->waiters--;
-    *silent = !l->done || l->err == EAI_AGAIN;
+    *gone = l->done && answer_gone(l->err);
     if (!l->done) /* the thread keeps it, and its answer for the next call */
         rc = lease__seterr(LEASE_ESTORE, "cannot connect to %s %s: the name lookup of "
                            "%s gave no answer within the %llu ms timeout",
@@ -343,19 +356,20 @@ static int net_resolve(struct addrinfo **out, int *silent, const lease_store *s,
 int lease__net_resolve(struct addrinfo **out, const lease_store *s, const char *host,
                        int port, int64_t end)
 {
-    int silent;
+    int gone;
 
-    return net_resolve(out, &silent, s, host, port, end);
+    return net_resolve(out, &gone, s, host, port, end);
 }
 
 /*
  * A name for libcurl's CURLOPT_RESOLVE (lease_int.h). Looked up again
  * after NET_NAME_FRESH_NS, as libcurl's own cache would. While a new
- * lookup is slow (NET_NAME_STALE_WAIT_NS) or the resolver is silent, the
- * addresses it had serve (tried again after NET_NAME_RETRY_NS): a
- * connection to them worked until now, and a slow resolver must not
- * take a call's time once a minute. A name the resolver says is gone is
- * gone.
+ * lookup is slow (NET_NAME_STALE_WAIT_NS) or fails for any reason but the
+ * resolver's answer that the name has no address (silence, EAI_AGAIN, no
+ * thread, too many lookups), the addresses it had serve (tried again
+ * after NET_NAME_RETRY_NS): a connection to them worked until now, and a
+ * slow resolver must not take a call's time once a minute. A name the
+ * resolver says is gone is gone.
  */
 #define NET_NAME_FRESH_NS (60 * (int64_t)1000000000)
 #define NET_NAME_STALE_WAIT_NS (50 * (int64_t)1000000)
@@ -395,7 +409,7 @@ int lease__net_name_entry(const char **entry, lease__net_name *n, const lease_st
     char host[256], *e;
     int64_t now = lease_clock_ns(), wait_end = end;
     long port;
-    int rc, silent;
+    int rc, gone;
 
     *entry = NULL;
     if (authority[0] == '[') /* an IPv6 address: nothing to look up */
@@ -412,15 +426,17 @@ int lease__net_name_entry(const char **entry, lease__net_name *n, const lease_st
     }
     if (n->entry && now + NET_NAME_STALE_WAIT_NS < end)
         wait_end = now + NET_NAME_STALE_WAIT_NS;
-    if ((rc = net_resolve(&res, &silent, s, host, (int)port, wait_end)) == 0) {
+    if ((rc = net_resolve(&res, &gone, s, host, (int)port, wait_end)) == 0) {
         e = name_entry(host, (int)port, res);
         lease__net_free(res);
-        if (e == NULL)
-            return lookup_failed(s, host, "no address curl takes (or out of memory)");
-        free(n->entry);
-        n->entry = e;
-        n->fresh_until = now + NET_NAME_FRESH_NS;
-    } else if (silent && n->entry) {
+        if (e == NULL && n->entry == NULL)
+            return lookup_failed(s, host, "no address curl takes, or out of memory");
+        if (e) {
+            free(n->entry);
+            n->entry = e;
+        }
+        n->fresh_until = now + (e ? NET_NAME_FRESH_NS : NET_NAME_RETRY_NS);
+    } else if (!gone && n->entry) {
         n->fresh_until = now + NET_NAME_RETRY_NS;
     } else {
         lease__net_name_clear(n);

@@ -197,7 +197,9 @@ static void forked_call(const char *u)
 
     if (pid == 0) {
         /* The child is this thread alone: the stub's lock is free unless
-         * a parent thread held it at the fork. */
+         * a parent thread held it at the fork. A child that hangs is
+         * ended by the alarm, and fails. */
+        alarm(30);
         pthread_mutex_init(&mu, NULL);
         main_thread = pthread_self();
         slow_released = 1;
@@ -232,6 +234,8 @@ static void slow_lookup(const char *url)
     pthread_mutex_unlock(&mu);
     CHECK(rc == LEASE_ESTORE, "a call whose lookup does not answer: ESTORE, got %d: %s",
           rc, lease_errmsg());
+    CHECK(strstr(lease_errmsg(), "name lookup of slow.invalid") != NULL,
+          "the message says which lookup gave no answer: %s", lease_errmsg());
     CHECK(slow_calls >= 1, "slow.invalid was looked up (%d)", slow_calls);
     CHECK(waiting >= 1, "the call returned while its lookup still waited (%d "
           "waiting): it did not wait for the lookup", waiting);
@@ -352,12 +356,20 @@ static void pg_defaults(const char *url)
     CHECK(rc == 0, "with PGHOST and PGPORT: got %d: %s", rc, lease_errmsg());
     CHECK(named_on_caller == 0, "PGHOST's name was looked up %d times on the caller's "
           "thread, with no bound", named_on_caller);
-    /* A first name whose lookup hangs leaves the second its share. */
+    /* A first name whose lookup hangs leaves the second its share, and a
+     * last one leaves the connect to the first its share. */
     setenv("PGHOST", "hang.invalid,lease-test.invalid", 1);
     rc = call_within(u, 2000);
     CHECK(rc == 0, "PGHOST's second name after one that hangs: got %d: %s", rc,
           lease_errmsg());
+    setenv("PGHOST", "lease-test.invalid,hang.invalid", 1);
+    rc = call_within(u, 2000);
+    CHECK(rc == 0, "PGHOST's first name before one that hangs: got %d: %s", rc,
+          lease_errmsg());
     unsetenv("PGHOST");
+    pthread_mutex_lock(&mu);
+    named_on_caller = 0;
+    pthread_mutex_unlock(&mu);
     snprintf(u, sizeof(u), "%.*stwo.invalid%s", (int)(at - url), url, at + 10 + n);
     rc = one_call(u);
     CHECK(rc == 0, "a name of two addresses, no port, PGPORT: got %d: %s", rc,

@@ -20,7 +20,7 @@
 
 #include "lease_int.h"
 
-enum { ANSWER, HANG, NONAME, AGAIN };
+enum { ANSWER, HANG, NONAME, AGAIN, MEMORY };
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
@@ -64,6 +64,8 @@ int getaddrinfo(const char *node, const char *service, const struct addrinfo *hi
         return EAI_NONAME;
     if (m == AGAIN)
         return EAI_AGAIN;
+    if (m == MEMORY)
+        return EAI_MEMORY;
     memset(&h, 0, sizeof(h));
     h.ai_socktype = SOCK_STREAM;
     h.ai_flags = AI_NUMERICHOST;
@@ -184,6 +186,13 @@ static void test_fresh_and_stale(void **state)
     before = count(&lookups);
     assert_int_equal(entry_of(&e, &n, "stale.test:2379"), 0);
     assert_int_equal(count(&lookups), before);
+
+    /* So does any failure of the lookup itself (here the resolver's
+     * memory): it says nothing of the name. */
+    n.fresh_until = 0;
+    set_mode(MEMORY, NULL);
+    assert_int_equal(entry_of(&e, &n, "stale.test:2379"), 0);
+    assert_string_equal(e, "stale.test:2379:127.0.0.3");
 
     /* A name the resolver says is gone is gone. */
     n.fresh_until = 0;

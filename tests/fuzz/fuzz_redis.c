@@ -35,6 +35,33 @@ static const char redis_sha[] = "$40\r\n0123456789abcdef0123456789abcdef01234567
 static const char redis_config[] = "*4\r\n$10\r\nappendonly\r\n$3\r\nyes\r\n"
                                    "$11\r\nappendfsync\r\n$6\r\nalways\r\n";
 
+/* Could buf hold every array it announces? hiredis allocates an array's
+ * elements as soon as it reads the header, so this reader (the fake
+ * server's own, not the store's, which bounds its replies itself) would
+ * take gigabytes for "*273709551\r\n". Each element is at least 3 bytes
+ * (":\r\n"), so an array of more than len elements cannot be whole; any
+ * '*' counts, in a string too: such a reply is then taken as not whole,
+ * which only closes the connection after it. */
+static int redis_arrays_fit(const uint8_t *buf, size_t len)
+{
+    size_t i;
+
+    /* Bounded by len. */
+    for (i = 0; i < len; i++) {
+        unsigned long long n = 0;
+        size_t j = i + 1;
+
+        if (buf[i] != '*')
+            continue;
+        /* Bounded by len, and n stops growing past it. */
+        for (; j < len && buf[j] >= '0' && buf[j] <= '9' && n <= len; j++)
+            n = n * 10 + (unsigned long long)(buf[j] - '0');
+        if (n > len)
+            return 0;
+    }
+    return 1;
+}
+
 /* Is buf exactly one or more whole RESP values? */
 static int redis_whole(const uint8_t *buf, size_t len)
 {
@@ -44,7 +71,8 @@ static int redis_whole(const uint8_t *buf, size_t len)
 
     if (r == NULL)
         abort();
-    if (len > 0 && redisReaderFeed(r, (const char *)buf, len) == REDIS_OK) {
+    if (len > 0 && redis_arrays_fit(buf, len) &&
+        redisReaderFeed(r, (const char *)buf, len) == REDIS_OK) {
         while (redisReaderGetReply(r, &reply) == REDIS_OK && reply != NULL) {
             freeReplyObject(reply);
             reply = NULL;

@@ -160,9 +160,10 @@ typedef struct {
     int current;                    /* the endpoint that last answered */
     int grpc;                       /* calls over gRPC (transport=grpc, the
                                        default), but for the watch */
-    lease__net_name names[MAX_ENDPOINTS]; /* member i's addresses, looked up
-                                       by lease (etcd_resolve) */
-    struct curl_slist resolve[MAX_ENDPOINTS]; /* names[i]'s entry for curl */
+    lease__http_name names[MAX_ENDPOINTS]; /* member i's addresses, looked
+                                       up by lease (etcd_resolve) */
+    struct curl_slist *resolve[MAX_ENDPOINTS]; /* names[i]'s for curl, NULL
+                                       for a numeric address */
     char resolve_msg[256];          /* why the last etcd_resolve failed */
     unsigned char h2[MAX_ENDPOINTS]; /* a gRPC call to member i just completed
                                        over HTTP/2: its connection is cached */
@@ -578,8 +579,8 @@ static void etcd_setopts(etcd_store *s, CURL *c, int idx, const char *url,
         curl_easy_setopt(c, CURLOPT_FORBID_REUSE, 1L);
     }
     curl_easy_setopt(c, CURLOPT_OPENSOCKETFUNCTION, etcd_open_socket);
-    if (s->resolve[idx].data)
-        curl_easy_setopt(c, CURLOPT_RESOLVE, &s->resolve[idx]);
+    if (s->resolve[idx])
+        curl_easy_setopt(c, CURLOPT_RESOLVE, s->resolve[idx]);
     /* The whole request, connect included, within what is left of the
      * call's own deadline. */
     curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, (long)left_ms);
@@ -711,27 +712,18 @@ static void etcd_url(char *url, size_t size, const etcd_store *s, int idx, const
              grpc ? lease__etcd_pb_method(path) : path);
 }
 
-/*
- * Member idx's addresses, for etcd_setopts to give curl, looked up within
- * `end` by lease (lease__net_name_entry): curl's own lookup would start a
- * thread per request while the resolver hangs, each left running at the
- * timeout; lease's is one per name, and its late answer serves. A
- * numeric address gives curl nothing to look up. CURLE_OK, or
- * CURLE_COULDNT_RESOLVE_HOST (then nothing may be sent to idx).
- */
+/* Member idx's addresses, for etcd_setopts to give curl, looked up within
+ * `end` (lease__http_resolve). CURLE_OK, or CURLE_COULDNT_RESOLVE_HOST
+ * with lease's message kept for etcd_failed (then nothing may be sent to
+ * idx). */
 static CURLcode etcd_resolve(etcd_store *s, int idx, int64_t end)
 {
-    const char *entry;
-
-    s->resolve[idx].data = NULL;
-    s->resolve[idx].next = NULL;
     s->resolve_msg[0] = '\0';
-    if (lease__net_name_entry(&entry, &s->names[idx], &s->parent,
-                              strstr(s->endpoints[idx], "://") + 3, end) < 0) {
+    if (lease__http_resolve(&s->resolve[idx], &s->names[idx], &s->parent,
+                            strstr(s->endpoints[idx], "://") + 3, end) < 0) {
         snprintf(s->resolve_msg, sizeof(s->resolve_msg), "%s", lease_errmsg());
         return CURLE_COULDNT_RESOLVE_HOST;
     }
-    s->resolve[idx].data = (char *)entry;
     return CURLE_OK;
 }
 
@@ -3541,7 +3533,7 @@ static void etcd_close(lease_store *base)
         curl_multi_cleanup(s->multi);
     for (i = 0; i < s->nendpoints; i++) {
         free(s->endpoints[i]);
-        lease__net_name_clear(&s->names[i]);
+        lease__net_name_clear(&s->names[i].name);
     }
     free(s->prefix);
     free(s->cacert);

@@ -27,8 +27,7 @@ struct lease__http {
     CURLM *multi;
     const lease_store *store;   /* for the lookup's messages */
     char *authority;            /* "host:port" of every request */
-    lease__net_name name;       /* its addresses, looked up by lease */
-    struct curl_slist resolve;  /* name's entry for curl */
+    lease__http_name name;      /* its addresses, looked up by lease */
 };
 
 typedef struct {
@@ -249,7 +248,7 @@ void lease__http_free(lease__http *h)
     if (h->multi)
         curl_multi_cleanup(h->multi);
     free(h->authority);
-    lease__net_name_clear(&h->name);
+    lease__net_name_clear(&h->name.name);
     free(h);
 }
 
@@ -392,20 +391,17 @@ int lease__http_do(lease__http_answer *a, int *sent, lease__http *h,
     http_body b = { NULL, 0, 0, r->max ? r->max : HTTP_ANSWER_MAX, 0, 0, 0,
                     r->on_line, r->arg, -1, -1, h->curl };
     int64_t left_ms = (r->end_ns - lease_clock_ns()) / 1000000;
-    struct curl_slist *hdr;
+    struct curl_slist *hdr, *resolve = NULL;
     CURLcode cc;
     int rc = 0;
 
     memset(a, 0, sizeof(*a));
     a->date_s = a->retry_after_s = -1;
     *sent = 0;
-    /* The server's addresses, looked up by lease: curl's own lookup would
-     * start a thread per request while the resolver hangs, each left
-     * running at the timeout; lease's is one per name (net.c). What the
-     * lookup took is the request's no more. */
+    /* The server's addresses (lease__http_resolve); what the lookup took
+     * is the request's no more. */
     if (left_ms > 0 &&
-        (rc = lease__net_name_entry((const char **)&h->resolve.data, &h->name, h->store,
-                                    h->authority, r->end_ns)) < 0)
+        (rc = lease__http_resolve(&resolve, &h->name, h->store, h->authority, r->end_ns)) < 0)
         return rc;
     if ((left_ms = (r->end_ns - lease_clock_ns()) / 1000000) <= 0)
         return lease__seterr(LEASE_ETIMEOUT, "%s %s on %s: the call's timeout ran out "
@@ -413,8 +409,8 @@ int lease__http_do(lease__http_answer *a, int *sent, lease__http *h,
     if ((hdr = http_headers(r)) == NULL)
         return lease__seterr(LEASE_ENOMEM, "out of memory");
     http_setopts(h->curl, r, hdr, &b, left_ms);
-    if (h->resolve.data)
-        curl_easy_setopt(h->curl, CURLOPT_RESOLVE, &h->resolve);
+    if (resolve)
+        curl_easy_setopt(h->curl, CURLOPT_RESOLVE, resolve);
     cc = http_run(h, lease_clock_ns() + (left_ms + 2000) * 1000000);
     lease__http_headers_free(hdr);
     *sent = http_sent(h->curl, cc);

@@ -24,7 +24,7 @@
 #include <string.h>
 #include <curl/curl.h>
 
-#include "lease/types.h"
+#include "lease_int.h"
 
 typedef struct lease__http lease__http;
 
@@ -104,6 +104,36 @@ static inline void lease__http_headers_free(struct curl_slist *hdr)
         if (t->data)
             explicit_bzero(t->data, strlen(t->data));
     curl_slist_free_all(hdr);
+}
+
+/* A name of the store's URLs for curl: its addresses, looked up by lease
+ * (lease__net_name_entry), as the one-entry list CURLOPT_RESOLVE takes, so
+ * that curl looks no name up itself (its own lookup would start a thread
+ * per request while the resolver hangs, each left running at the
+ * timeout; lease's is one per name, and its late answer serves). */
+typedef struct lease__http_name {
+    lease__net_name name;
+    struct curl_slist node;
+} lease__http_name;
+
+/* *list: what to give CURLOPT_RESOLVE for authority ("host:port"), NULL
+ * for a numeric address (nothing to look up); valid until the next call on
+ * n. A failure is lease__net_name_entry's (the message set). */
+static inline int lease__http_resolve(struct curl_slist **list, lease__http_name *n,
+                                      const lease_store *s, const char *authority,
+                                      int64_t end)
+{
+    const char *entry;
+    int rc = lease__net_name_entry(&entry, &n->name, s, authority, end);
+
+    *list = NULL;
+    if (rc < 0)
+        return rc;
+    n->node.data = (char *)entry;
+    n->node.next = NULL;
+    if (entry)
+        *list = &n->node;
+    return 0;
 }
 
 /* "libcurl 7.88.1" as linked at run time. */

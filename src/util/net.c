@@ -198,7 +198,7 @@ static int lookup_get(net_lookup **out, const lease_store *s, const char *host,
     int err;
 
     *out = NULL;
-    /* Bounded by the list, at most NET_LOOKUPS_MAX and the late ones. */
+    /* Bounded by the list, at most NET_LOOKUPS_MAX and NET_LATE_MAX. */
     for (l = net_lookups; l != NULL; l = next) {
         next = l->next;
         if (l->done && l->waiters == 0 && l->late_until < now)

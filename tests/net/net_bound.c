@@ -48,17 +48,27 @@
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
-static int slow_waiting;  /* lookups of slow.invalid not answered yet */
+static int slow_waiting;  /* lookups of slow.invalid, hang.invalid not answered yet */
 static int slow_calls;
 static int slow_released;
 static int hang_released; /* hang.invalid: as slow.invalid, let go at the end */
 static int sockets_seen, sockets_bad;
 static pthread_t main_thread;
 static int named_on_caller; /* lookups of a test name with no bound */
-static int named_seen;      /* lookups of lease-test.invalid and localhost */
+static int named_seen;      /* lookups of the names that answer at once */
 
 typedef int (*gai_fn)(const char *, const char *, const struct addrinfo *,
                       struct addrinfo **);
+
+/* A lookup of a name that answers at once, counted, and where it ran. */
+static void named_lookup(void)
+{
+    pthread_mutex_lock(&mu);
+    named_seen++;
+    if (pthread_equal(pthread_self(), main_thread))
+        named_on_caller++;
+    pthread_mutex_unlock(&mu);
+}
 typedef int (*socket_fn)(int, int, int);
 
 int getaddrinfo(const char *node, const char *service, const struct addrinfo *hints,
@@ -97,10 +107,7 @@ int getaddrinfo(const char *node, const char *service, const struct addrinfo *hi
 
         if (h.ai_flags & AI_NUMERICHOST)
             return EAI_NONAME;
-        pthread_mutex_lock(&mu);
-        if (pthread_equal(pthread_self(), main_thread))
-            named_on_caller++;
-        pthread_mutex_unlock(&mu);
+        named_lookup();
         /* ::1 first, where no test server listens: refused, the next. */
         h.ai_flags = AI_NUMERICHOST;
         h.ai_family = AF_INET6;
@@ -117,11 +124,7 @@ int getaddrinfo(const char *node, const char *service, const struct addrinfo *hi
     }
     if (node && (strcmp(node, "lease-test.invalid") == 0 || strcmp(node, "localhost") == 0) &&
         !(hints && (hints->ai_flags & AI_NUMERICHOST))) {
-        pthread_mutex_lock(&mu);
-        named_seen++;
-        if (pthread_equal(pthread_self(), main_thread))
-            named_on_caller++;
-        pthread_mutex_unlock(&mu);
+        named_lookup();
         if (strcmp(node, "lease-test.invalid") == 0)
             node = "127.0.0.1";
     }

@@ -15,6 +15,7 @@
 #     as JSON with the key as U+FFFD.
 # Every wait is a bounded loop.
 . "$(dirname "$0")/../cli/lib.sh" "$@"
+. "$(dirname "$0")/../cli/agent_lib.sh"
 
 for tool in curl ss shuf; do
     if ! command -v "$tool" >/dev/null 2>&1; then
@@ -51,34 +52,14 @@ leads() {
 # free port; sets ${VAR}_PID and ${VAR}_PORT once /healthz answers, then
 # waits (a check that can fail) until /leader says that it leads.
 start_agent() {
-    local var=$1 name=$2 label=$3 attempt pid i
-    for attempt in 1 2 3 4 5; do
-        pick_port || die "no free loopback port"
-        "$LEASE" agent "$name" --listen "127.0.0.1:$PORT" --ttl 5s --label "$label" \
-            --json >"$T/$var.out" 2>"$T/$var.err" &
-        pid=$!
-        bg_register "$pid"
-        for ((i = 0; i < 200; i++)); do
-            if process_exited "$pid" || healthy "$PORT"; then
-                break
-            fi
-            sleep 0.05
-        done
-        if ! process_exited "$pid" && healthy "$PORT"; then
-            printf -v "${var}_PID" '%s' "$pid"
-            printf -v "${var}_PORT" '%s' "$PORT"
-            echo "    agent $var: pid $pid, port $PORT"
-            pass
-            wait_for "agent $var: /leader answers 200 and says it leads" leads "$PORT"
-            return 0
-        fi
-        echo "    agent $var on $PORT did not come up: $(head -c 400 "$T/$var.err")"
-        if is_my_child "$pid"; then
-            kill_tree "$pid"
-        fi
-        wait "$pid" 2>/dev/null
-    done
-    die "agent $var never came up"
+    agent_on_free_port "${1}_PID" "${1}_PORT" "$1" "$T/$1.err" healthy launch_agent "$@"
+    wait_for "agent $1: /leader answers 200 and says it leads" leads "$PORT"
+}
+
+# launch_agent VAR NAME LABEL: exec the agent on $PORT.
+launch_agent() {
+    exec "$LEASE" agent "$2" --listen "127.0.0.1:$PORT" --ttl 5s --label "$3" \
+        --json >"$T/$1.out" 2>"$T/$1.err"
 }
 
 # no_raw_controls TEXT DESCRIPTION: TEXT holds no byte 0x00-0x1f or 0x7f but

@@ -12,6 +12,7 @@
 # (e) bad values of the new flags are exit 2.
 # Every wait is a bounded loop.
 . "$(dirname "$0")/../cli/lib.sh" "$@"
+. "$(dirname "$0")/../cli/agent_lib.sh"
 
 for tool in curl ss shuf python3; do
     if ! command -v "$tool" >/dev/null 2>&1; then
@@ -60,35 +61,18 @@ close_fds() {
 # with a soft open-files limit of 1024 (what select() and many systems
 # default to); sets ${VAR}_PID and ${VAR}_PORT. At most 5 ports are tried.
 start_agent() {
-    local var=$1 attempt pid i
+    agent_on_free_port "${1}_PID" "${1}_PORT" "$1" "$T/$1.err" healthy launch_agent "$@"
+}
+
+# launch_agent VAR ARGS...: exec the agent on $PORT (in the background
+# subshell agent_on_free_port makes: the limit and the closing are its own).
+launch_agent() {
+    local var=$1
     shift
-    for attempt in 1 2 3 4 5; do
-        pick_port || die "no free loopback port"
-        # Only what the agent opens itself: close what this shell holds.
-        (ulimit "${AGENT_LIMIT:--Sn}" 1024 && close_fds && exec "$LEASE" agent load --listen "127.0.0.1:$PORT" \
-            --ttl 5s --label "$var" "$@") >"$T/$var.out" 2>"$T/$var.err" &
-        pid=$!
-        bg_register "$pid"
-        for ((i = 0; i < 200; i++)); do
-            if process_exited "$pid" || healthy "$PORT"; then
-                break
-            fi
-            sleep 0.05
-        done
-        if ! process_exited "$pid" && healthy "$PORT"; then
-            printf -v "${var}_PID" '%s' "$pid"
-            printf -v "${var}_PORT" '%s' "$PORT"
-            echo "    agent $var: pid $pid, port $PORT"
-            pass
-            return 0
-        fi
-        echo "    agent $var on $PORT did not come up: $(head -c 400 "$T/$var.err")"
-        if is_my_child "$pid"; then
-            kill_tree "$pid"
-        fi
-        wait "$pid" 2>/dev/null
-    done
-    die "agent $var never came up"
+    # Only what the agent opens itself: close what this shell holds.
+    ulimit "${AGENT_LIMIT:--Sn}" 1024 && close_fds &&
+        exec "$LEASE" agent load --listen "127.0.0.1:$PORT" --ttl 5s --label "$var" "$@" \
+            >"$T/$var.out" 2>"$T/$var.err"
 }
 
 # clients PORT: start slow_clients.py against PORT as a coprocess.

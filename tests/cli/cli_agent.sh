@@ -6,6 +6,7 @@
 #
 # No assertion here is about durations: every wait is a bounded loop.
 . "$(dirname "$0")/lib.sh" "$@"
+. "$(dirname "$0")/agent_lib.sh"
 
 for tool in curl promtool ss shuf; do
     if ! command -v "$tool" >/dev/null 2>&1; then
@@ -54,50 +55,26 @@ metric() {
     awk -v s="$2" '$1 == s { print $2; found = 1 } END { if (!found) print "missing" }' "$1"
 }
 
-# our_agent PID PORT: the agent PID runs and answers on PORT for "svc".
-our_agent() {
-    ! process_exited "$1" && healthy "$2" &&
-        [ "$(get "$2" /leader | jq -r .name 2>/dev/null)" = svc ]
+# start_agent LABEL: start `lease agent svc --label LABEL` on a free port;
+# sets PID_<LABEL> and P<LABEL>. A ttl of 4 s: a leader steps down on the
+# first renewal that takes a third of its ttl, and the checks below count
+# one leadership only until (c) kills the leader; a stall of a third of a
+# second on a loaded host would hand over a 1 s leadership.
+start_agent() {
+    local lc
+    lc=$(echo "$1" | tr 'A-Z' 'a-z')
+    agent_on_free_port "PID_$1" "P$1" "$1" "$T/$lc.err" our_agent_up launch_agent "$1" "$lc"
 }
 
-# start_agent LABEL: start `lease agent svc --label LABEL` on a free port;
-# sets PID_<LABEL> and P<LABEL>. Another program may take the port between
-# the check and the bind (tests of other stores start servers on random
-# ports): an agent that cannot listen exits, and the next port is tried
-# (at most 5). Each agent is registered with bg_register, so lib.sh's exit
-# trap kills it whatever way this script ends. A ttl of 4 s: a leader steps
-# down on the first renewal that takes a third of its ttl, and the checks
-# below count one leadership only until (c) kills the leader; a stall of a
-# third of a second on a loaded host would hand over a 1 s leadership.
-start_agent() {
-    local label=$1 lc attempt pid i
-    lc=$(echo "$label" | tr 'A-Z' 'a-z')
-    for attempt in 1 2 3 4 5; do
-        pick_port || die "no free loopback port"
-        "$LEASE" agent svc --listen "127.0.0.1:$PORT" --ttl 4s --label "$label" --json \
-            >"$T/$lc.out" 2>"$T/$lc.err" &
-        pid=$!
-        bg_register "$pid"
-        for ((i = 0; i < 200; i++)); do
-            if process_exited "$pid" || our_agent "$pid" "$PORT"; then
-                break
-            fi
-            sleep 0.05
-        done
-        if our_agent "$pid" "$PORT"; then
-            printf -v "PID_$label" '%s' "$pid"
-            printf -v "P$label" '%s' "$PORT"
-            echo "    agent $label: pid $pid, port $PORT"
-            pass
-            return 0
-        fi
-        echo "    agent $label on port $PORT did not come up: $(head -c 400 "$T/$lc.err")"
-        if is_my_child "$pid"; then
-            kill_tree "$pid"
-        fi
-        wait "$pid" 2>/dev/null
-    done
-    die "agent $label never came up"
+# launch_agent LABEL FILE: exec the agent on $PORT, output in $T/FILE.out/.err.
+launch_agent() {
+    exec "$LEASE" agent svc --listen "127.0.0.1:$PORT" --ttl 4s --label "$1" --json \
+        >"$T/$2.out" 2>"$T/$2.err"
+}
+
+# our_agent_up PORT: the agent on PORT is healthy and answers for "svc".
+our_agent_up() {
+    healthy "$1" && [ "$(get "$1" /leader | jq -r .name 2>/dev/null)" = svc ]
 }
 
 # On a failed check, show what the agents said.

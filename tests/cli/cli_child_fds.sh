@@ -13,15 +13,7 @@ export T
 
 has_store sqlite || fail "lease --version names no sqlite store: '$(lease_stores)'"
 declare -A URLS=([sqlite]="sqlite://$T/fds.db")
-for v in PG:postgres REDIS:redis ETCD:etcd; do
-    has_store "${v#*:}" || continue
-    var=LEASE_TEST_${v%%:*}_URL
-    if [ -z "${!var:-}" ]; then
-        fail "$var is not set: start a server (scripts/test.sh does)"
-        continue
-    fi
-    URLS[${v#*:}]=${!var}
-done
+server_urls URLS PG:postgres REDIS:redis ETCD:etcd
 
 : >"$T/userfile"
 

@@ -49,6 +49,25 @@ has_store() {
     esac
 }
 
+# server_urls ARRAY VAR:STORE...: for each STORE this build has, sets
+# ARRAY[STORE] (an associative array of the caller) to $LEASE_TEST_VAR_URL;
+# a variable not set is a failed check (scripts/test.sh starts the servers
+# and sets them), never a skip.
+server_urls() {
+    local -n urls_=$1
+    local v var
+    shift
+    for v in "$@"; do
+        has_store "${v#*:}" || continue
+        var=LEASE_TEST_${v%%:*}_URL
+        if [ -z "${!var:-}" ]; then
+            fail "$var is not set: start a server (scripts/test.sh does)"
+            continue
+        fi
+        urls_[${v#*:}]=${!var}
+    done
+}
+
 kill_tree() {
     local pid=$1 child
     for child in $(cat /proc/"$pid"/task/*/children 2>/dev/null || pgrep -P "$pid" 2>/dev/null); do

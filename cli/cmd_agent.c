@@ -2,11 +2,13 @@
  * cmd_agent.c - `lease agent NAME --listen HOST:PORT`: a sidecar that
  * campaigns for leadership on behalf of a local service written in any
  * language, and tells it over HTTP:
- *   GET /leader    {"name","leader","epoch","label","owner","remaining_ms","this_agent_leads"}
- *   GET /healthz   {"ok":true,"store":"sqlite"}
+ *   GET /leader    {"name","leader","epoch","label","owner","remaining_ms",
+ *                   "this_agent_leads","known"}; 503 when not known
+ *   GET /healthz   {"ok","store","store_reachable"}; 503 when unreachable
  *   GET /metrics   the library's metrics, Prometheus text format
  * The service asks /leader before each side effect and carries the epoch
  * into its writes; the agent steps down at the first failed renewal.
+ * Every answer is judged when it is asked (see agent_leader_json).
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -30,9 +32,17 @@ static const char usage_agent[] =
     "\n"
     "Campaign for leadership of NAME for a local service, and serve on HOST:PORT\n"
     "(use a loopback address): GET /leader (JSON: name, leader, epoch, label,\n"
-    "owner, remaining_ms, this_agent_leads), GET /healthz, GET /metrics\n"
-    "(Prometheus). It campaigns again after losing leadership, and resigns on\n"
-    "SIGINT or SIGTERM.\n"
+    "owner, remaining_ms, this_agent_leads, known), GET /healthz (JSON: ok,\n"
+    "store, store_reachable), GET /metrics (Prometheus). It campaigns again\n"
+    "after losing leadership, and resigns on SIGINT or SIGTERM.\n"
+    "Every answer is judged when asked. this_agent_leads: this agent leads by\n"
+    "its local deadline (false as soon as it steps down). The other fields come\n"
+    "from its own grant while it leads, else from its last read of the store,\n"
+    "which serves for a quarter of --ttl (at most --timeout) from when it was\n"
+    "sent, remaining_ms counting down from then. Otherwise (a failed read, an\n"
+    "older one, a holder whose remaining_ms ran out) known is false; leader,\n"
+    "epoch, label, owner and remaining_ms are null; the status is 503. While no\n"
+    "read serves, /healthz says ok and store_reachable false, status 503.\n"
     "  --listen HOST:PORT   the IPv4 address and port to serve on (required)\n"
     "  --label TEXT         holder label (default host:pid)\n"
     "  --ttl DUR            lease duration of the leadership (default 10s)\n"
@@ -52,7 +62,8 @@ static const char usage_agent[] =
     "get through while another local process holds many connections can connect\n"
     "from another loopback address (e.g. curl --interface 127.0.0.2).\n"
     "Labels and names that are not valid UTF-8 are shown with U+FFFD in JSON.\n"
-    "exit: 0 after SIGINT/SIGTERM, 2 usage, 6 store failed at start\n";
+    "exit: 0 after SIGINT/SIGTERM, 1 cannot listen, 2 usage, 6 store failed at\n"
+    "start\n";
 
 /*
  * Connection limits. The agent answers a local service, its health checker
@@ -77,6 +88,9 @@ typedef struct agent_opts {
     uint64_t ttl_ms;
     unsigned max_conn, max_per_ip, idle_s;
     int per_ip_share;      /* max_per_ip is the default share of max_conn */
+    uint64_t call_ms;      /* the bound of a campaign (--timeout) */
+    uint64_t view_ms;      /* the bound of a leader view (agent_bounds) */
+    uint64_t pass_ms;      /* the longest wait of one pass of the loop */
 } agent_opts;
 
 static volatile sig_atomic_t stopping;
@@ -87,14 +101,22 @@ static void agent_on_signal(int sig)
     stopping = 1;
 }
 
-/* What the HTTP thread serves, refreshed by the main loop. */
+/*
+ * What the HTTP thread serves. The main loop publishes the election it
+ * holds and each leader view it reads; nothing here is an answer until a
+ * request judges it, at that moment, on lease_clock_ns(): a cached verdict
+ * would outlive the leadership or the view it was made from.
+ */
 static struct {
     pthread_mutex_t mu;
     char name[LEASE_KEY_MAX + 1];
     char store[16];
-    lease_info leader;
-    int known;
-    int ours;
+    /* The campaign's election, NULL when none; it is unpublished (under
+     * mu) before it is resigned, so a request never reads a freed one. */
+    lease_election *election;
+    lease_info leader;     /* the last view read from the store */
+    int64_t read_ns;       /* when that read was sent; 0: no good read */
+    int64_t view_ns;       /* how long a view serves after its read */
 } view = { .mu = PTHREAD_MUTEX_INITIALIZER }; /* the rest zero, whatever lease_info holds */
 
 /* Takes body (malloc'ed; NULL when it could not be made: the connection
@@ -118,21 +140,95 @@ static enum MHD_Result agent_reply(struct MHD_Connection *c, unsigned code,
     return ret;
 }
 
-/* The /leader object. The name and label are the users' bytes and the
- * owner is the store's: json_pack's "s" refuses invalid UTF-8 and would
- * turn the whole answer into a 404, so they go through cli_json_str.
+/* Milliseconds from now until at_ns, 0 once it has passed. */
+static json_int_t agent_ms_until(int64_t at_ns, int64_t now)
+{
+    return at_ns > now ? (json_int_t)((at_ns - now) / 1000000) : 0;
+}
+
+/* The last view read serves until its bound after the read was sent.
  * Called with view.mu held. */
-static json_t *agent_leader_json(void)
+static int agent_view_fresh(int64_t now)
+{
+    return view.read_ns != 0 && now - view.read_ns < view.view_ns;
+}
+
+/* A /leader object that names a leader (or says there is none). The name
+ * and label are the users' bytes and the owner is the store's: json_pack's
+ * "s" refuses invalid UTF-8 and would turn the whole answer into a 404, so
+ * they go through cli_json_str. Called with view.mu held. */
+static json_t *agent_leader_pack(int held, uint64_t epoch, const char *label,
+                                 const char *owner, json_int_t remaining_ms, int ours)
+{
+    return json_pack("{s:o, s:b, s:I, s:o, s:o, s:I, s:b, s:b}",
+                     "name", cli_json_str(view.name), "leader", held,
+                     "epoch", (json_int_t)epoch, "label", cli_json_str(label),
+                     "owner", cli_json_str(owner), "remaining_ms", remaining_ms,
+                     "this_agent_leads", ours, "known", 1);
+}
+
+/*
+ * The /leader object at `now`; *known says whether it names the leader.
+ *  - This agent leads (lease_election_is_leader: its local deadline, at
+ *    this moment): its own grant, remaining_ms to that deadline.
+ *  - Else the last view, while it is fresh, with remaining_ms counted down
+ *    from when its read was sent (the store measured it later: never an
+ *    overstatement). A holder whose time ran out in the view may have
+ *    renewed or not: not known.
+ *  - Else not known: leader, epoch, label, owner and remaining_ms are
+ *    null, this_agent_leads false. The last holder seen is never shown as
+ *    the holder: it may have been replaced since.
+ * Called with view.mu held.
+ */
+static json_t *agent_leader_json(int64_t now, int *known)
 {
     const lease_info *l = &view.leader;
+    json_int_t left;
 
-    return json_pack("{s:o, s:b, s:I, s:o, s:o, s:I, s:b}",
-                     "name", cli_json_str(view.name), "leader", l->held,
-                     "epoch", (json_int_t)l->token,
-                     "label", cli_json_str(l->held ? l->label : NULL),
-                     "owner", cli_json_str(l->held ? l->owner : NULL),
-                     "remaining_ms", (json_int_t)l->remaining_ms,
-                     "this_agent_leads", view.ours);
+    *known = 1;
+    if (view.election && lease_election_is_leader(view.election)) {
+        const lease_grant *g = lease_election_grant(view.election);
+
+        return agent_leader_pack(1, g->token, g->label, g->owner,
+                                 agent_ms_until(lease_election_deadline_ns(view.election), now),
+                                 1);
+    }
+    left = (json_int_t)l->remaining_ms - (json_int_t)((now - view.read_ns) / 1000000);
+    if (agent_view_fresh(now) && !l->held)
+        return agent_leader_pack(0, l->token, NULL, NULL, 0, 0);
+    if (agent_view_fresh(now) && left > 0)
+        return agent_leader_pack(1, l->token, l->label, l->owner, left, 0);
+    *known = 0;
+    return json_pack("{s:o, s:n, s:n, s:n, s:n, s:n, s:b, s:b}",
+                     "name", cli_json_str(view.name), "leader", "epoch", "label", "owner",
+                     "remaining_ms", "this_agent_leads", 0, "known", 0);
+}
+
+/* /leader and /healthz: 200 when the answer is known, else 503 (a load
+ * balancer takes the agent out of service while it cannot tell). */
+static enum MHD_Result agent_answer(struct MHD_Connection *c, int leader)
+{
+    char *body = NULL;
+    int64_t now;
+    json_t *o;
+    int good;
+
+    pthread_mutex_lock(&view.mu);
+    now = lease_clock_ns();
+    if (leader) {
+        o = agent_leader_json(now, &good);
+    } else {
+        good = agent_view_fresh(now);
+        o = json_pack("{s:b, s:s, s:b}", "ok", good, "store", view.store,
+                      "store_reachable", good);
+    }
+    pthread_mutex_unlock(&view.mu);
+    body = o ? json_dumps(o, JSON_COMPACT | JSON_ENSURE_ASCII) : NULL;
+    json_decref(o);
+    if (body == NULL)
+        return agent_reply(c, 500, "text/plain", strdup("out of memory\n"));
+    return agent_reply(c, good ? MHD_HTTP_OK : MHD_HTTP_SERVICE_UNAVAILABLE,
+                       "application/json", body);
 }
 
 static enum MHD_Result agent_handle(void *cls, struct MHD_Connection *c, const char *url,
@@ -140,7 +236,6 @@ static enum MHD_Result agent_handle(void *cls, struct MHD_Connection *c, const c
                               const char *upload, size_t *upload_size, void **ptr)
 {
     char *body = NULL;
-    json_t *o;
 
     (void)cls;
     (void)version;
@@ -154,20 +249,9 @@ static enum MHD_Result agent_handle(void *cls, struct MHD_Connection *c, const c
             return agent_reply(c, 500, "text/plain", strdup("metrics failed\n"));
         return agent_reply(c, 200, "text/plain; version=0.0.4", body);
     }
-    if (strcmp(url, "/leader") != 0 && strcmp(url, "/healthz") != 0)
-        return agent_reply(c, MHD_HTTP_NOT_FOUND, "text/plain", strdup("not found\n"));
-    pthread_mutex_lock(&view.mu);
-    if (strcmp(url, "/leader") == 0)
-        o = agent_leader_json();
-    else
-        o = json_pack("{s:b, s:s, s:b}", "ok", 1, "store", view.store,
-                      "store_reachable", view.known);
-    pthread_mutex_unlock(&view.mu);
-    body = o ? json_dumps(o, JSON_COMPACT | JSON_ENSURE_ASCII) : NULL;
-    json_decref(o);
-    if (body == NULL)
-        return agent_reply(c, 500, "text/plain", strdup("out of memory\n"));
-    return agent_reply(c, 200, "application/json", body);
+    if (strcmp(url, "/leader") == 0 || strcmp(url, "/healthz") == 0)
+        return agent_answer(c, strcmp(url, "/leader") == 0);
+    return agent_reply(c, MHD_HTTP_NOT_FOUND, "text/plain", strdup("not found\n"));
 }
 
 /* MHD's own messages (a client over a limit, a broken request). A flood of
@@ -372,44 +456,108 @@ static struct MHD_Daemon *agent_http_start(const agent_opts *o, struct sockaddr_
                             MHD_OPTION_END);
 }
 
+/*
+ * The bound of a leader view, and of the read that makes it: a quarter of
+ * the ttl, the margin within which a leader steps down (a host too slow to
+ * refresh the view within it is too slow to lead), at most the bound of a
+ * store call (--timeout). One pass of the loop waits at most a quarter of
+ * that, and at most 200 ms, so that a store that answers refreshes the
+ * view several times within its bound.
+ */
+static void agent_bounds(agent_opts *o, const cli_globals *g)
+{
+    o->call_ms = g->timeout_ms ? g->timeout_ms : 5000; /* the library's default */
+    o->view_ms = o->ttl_ms / 4 < o->call_ms ? o->ttl_ms / 4 : o->call_ms;
+    if (o->view_ms == 0)
+        o->view_ms = 1;
+    o->pass_ms = o->view_ms / 4 < 200 ? o->view_ms / 4 : 200;
+    if (o->pass_ms == 0)
+        o->pass_ms = 1;
+}
+
+static void agent_pause(uint64_t ms)
+{
+    struct timespec pause = { (time_t)(ms / 1000), (long)(ms % 1000) * 1000000 };
+
+    nanosleep(&pause, NULL);
+}
+
+/* What requests judge leadership by (NULL: none). */
+static void agent_publish(lease_election *e)
+{
+    pthread_mutex_lock(&view.mu);
+    view.election = e;
+    pthread_mutex_unlock(&view.mu);
+}
+
+/*
+ * Read the leader into the view, within the view's bound. A failed read
+ * leaves no view: the last one may name a holder replaced since. The first
+ * failure after a good read, and the first good read after failures, are
+ * said on stderr (the library's message names no password).
+ */
+static void agent_read(lease_store *s, const agent_opts *o)
+{
+    static int failing;
+    lease_info cur;
+    int64_t sent;
+    int rc;
+
+    lease_store_set_timeout(s, o->view_ms);
+    sent = lease_clock_ns();
+    rc = lease_leader_get(&cur, s, o->name);
+    if (rc == LEASE_ENOTFOUND) { /* nobody ever led: an answer, no leader */
+        memset(&cur, 0, sizeof(cur));
+        rc = 0;
+    }
+    pthread_mutex_lock(&view.mu);
+    if (rc == 0)
+        view.leader = cur;
+    view.read_ns = rc == 0 ? sent : 0;
+    pthread_mutex_unlock(&view.mu);
+    if (rc < 0 && !failing) {
+        fputs("lease agent: cannot read the leader from the store: ", stderr);
+        cli_put_text(stderr, lease_errmsg());
+        fputs("; /leader and /healthz answer 503 until a read succeeds\n", stderr);
+    } else if (rc == 0 && failing) {
+        fputs("lease agent: the store answers again\n", stderr);
+    }
+    failing = rc < 0;
+}
+
 /* One pass of the campaign: campaign when not leading (stepped down or
- * never won), then refresh what /leader serves. Waits at most ~200 ms. */
+ * never won), then read the leader. Waits at most o->pass_ms, plus the
+ * bounds of its store calls. */
 static void agent_step(cli_globals *g, lease_store *s, const agent_opts *o,
                        lease_election **e)
 {
     lease_campaign_opts co = LEASE_CAMPAIGN_OPTS_INIT;
-    lease_info cur;
-    int have, rc;
+    int rc;
 
     if (*e && !lease_election_is_leader(*e)) {
-        lease_resign(*e); /* stepped down: campaign again */
+        agent_publish(NULL); /* before it is freed */
+        lease_resign(*e);    /* stepped down: campaign again */
         *e = NULL;
     }
     if (*e == NULL) {
         co.ttl_ms = o->ttl_ms;
         co.label = o->label;
-        co.wait_ms = 200;
+        co.wait_ms = o->pass_ms;
+        lease_store_set_timeout(s, o->call_ms);
         rc = lease_campaign(e, s, o->name, &co);
-        if (rc == 0 && g->json)
-            cli_print_json(json_pack("{s:s, s:o, s:I}", "event", "leading", "name",
-                                     cli_json_str(o->name), "epoch",
-                                     (json_int_t)lease_election_epoch(*e)));
-        if (rc < 0 && rc != LEASE_EBUSY && rc != LEASE_ETIMEOUT) {
-            struct timespec pause = { 0, 200 * 1000000 };
-            nanosleep(&pause, NULL);
+        if (rc == 0) {
+            agent_publish(*e);
+            if (g->json)
+                cli_print_json(json_pack("{s:s, s:o, s:I}", "event", "leading", "name",
+                                         cli_json_str(o->name), "epoch",
+                                         (json_int_t)lease_election_epoch(*e)));
         }
+        if (rc < 0 && rc != LEASE_EBUSY && rc != LEASE_ETIMEOUT)
+            agent_pause(o->pass_ms);
     } else {
-        struct timespec pause = { 0, 100 * 1000000 };
-        nanosleep(&pause, NULL);
+        agent_pause(o->pass_ms / 2);
     }
-    have = lease_leader_get(&cur, s, o->name) == 0;
-    pthread_mutex_lock(&view.mu);
-    if (have)
-        view.leader = cur;
-    view.known = have;
-    view.ours = *e != NULL && lease_election_is_leader(*e) && have &&
-                cur.token == lease_election_epoch(*e);
-    pthread_mutex_unlock(&view.mu);
+    agent_read(s, o);
 }
 
 #ifdef LEASE_CLI_AGENT_MODULE_BUILD
@@ -421,7 +569,7 @@ const char cli_agent_version[] = LEASE_VERSION_STRING;
 int cmd_agent(cli_globals *g, cli_args *a)
 {
     agent_opts o = { NULL, NULL, NULL, 10000, AGENT_MAX_CONN_DEFAULT,
-                     AGENT_PER_IP_UNSET, AGENT_IDLE_DEFAULT_S, 0 };
+                     AGENT_PER_IP_UNSET, AGENT_IDLE_DEFAULT_S, 0, 0, 0, 0 };
     char deflabel[LEASE_LABEL_MAX + 1];
     struct sockaddr_in sa;
     struct MHD_Daemon *d;
@@ -443,8 +591,10 @@ int cmd_agent(cli_globals *g, cli_args *a)
     }
     if ((rc = cli_open_store(&s, g)))
         return rc;
+    agent_bounds(&o, g);
     snprintf(view.name, sizeof(view.name), "%s", o.name);
     snprintf(view.store, sizeof(view.store), "%s", lease_store_scheme(s));
+    view.view_ns = (int64_t)o.view_ms * 1000000;
 
     /* Block SIGPIPE; SIGINT/SIGTERM only set a flag the loop reads. */
     signal(SIGPIPE, SIG_IGN);

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # cli_agent: `lease agent` - two agents on loopback campaign for one name;
-# exactly one leads, both serve the same leader on /leader, /healthz is ok,
+# exactly one leads, both serve the same leader on /leader (known, 200),
+# /healthz is ok (200),
 # /metrics passes `promtool check metrics`; kill -9 of the leading agent and
 # the other takes over with a greater epoch; SIGTERM resigns; bad input.
 #
@@ -24,20 +25,18 @@ get() {
     curl -s --noproxy "*" --max-time 2 "http://127.0.0.1:$1$2"
 }
 
-# lead PORT: the agent's /leader as "this_agent_leads epoch label".
-lead() {
-    get "$1" /leader | jq -r '[.this_agent_leads, .epoch, .label] | map(tostring) | join(" ")' 2>/dev/null
-}
-
 healthy() {
     [ "$(get "$1" /healthz | jq -r .ok 2>/dev/null)" = true ]
 }
 
 # exactly_one_leads: one agent says this_agent_leads, the other does not,
-# and both show the same leader (epoch and label).
+# and both show the same leader (epoch and label); their answers are left
+# in LA and LB.
 exactly_one_leads() {
     local a b
-    a=$(lead "$PA") && b=$(lead "$PB") || return 1
+    LA=$(get "$PA" /leader) && LB=$(get "$PB" /leader) || return 1
+    a=$(jget "$LA" '[.this_agent_leads, .epoch, .label] | map(tostring) | join(" ")')
+    b=$(jget "$LB" '[.this_agent_leads, .epoch, .label] | map(tostring) | join(" ")')
     case "${a%% *} ${b%% *}" in "true false" | "false true") ;; *) return 1 ;; esac
     [ "${a#* }" = "${b#* }" ]
 }
@@ -89,8 +88,6 @@ section "(a) two agents: exactly one leads, both agree"
 start_agent A
 start_agent B
 WAIT_TRIES=400 wait_for "exactly one agent leads and both agree" exactly_one_leads || show_agents
-LA=$(get "$PA" /leader)
-LB=$(get "$PB" /leader)
 echo "    A: $LA"
 echo "    B: $LB"
 assert_eq "$(jget "$LA" '.this_agent_leads') $(jget "$LB" '.this_agent_leads')" \
@@ -99,8 +96,10 @@ assert_eq "$(jget "$LA" '.this_agent_leads') $(jget "$LB" '.this_agent_leads')" 
 assert_eq "$(jget "$LA" .epoch)" "$(jget "$LB" .epoch)" "both agents show the same epoch"
 assert_eq "$(jget "$LA" .label)" "$(jget "$LB" .label)" "both agents show the same label"
 assert_eq "$(jget "$LA" .owner)" "$(jget "$LB" .owner)" "both agents show the same owner"
-assert_eq "$(jget "$LA" '[.name, .leader] | map(tostring) | join(" ")')" "svc true" "A: name, leader"
-assert_eq "$(jget "$LB" '[.name, .leader] | map(tostring) | join(" ")')" "svc true" "B: name, leader"
+assert_eq "$(jget "$LA" '[.name, .leader, .known] | map(tostring) | join(" ")')" "svc true true" \
+    "A: name, leader, known"
+assert_eq "$(jget "$LB" '[.name, .leader, .known] | map(tostring) | join(" ")')" "svc true true" \
+    "B: name, leader, known"
 assert_match "$(jget "$LA" .epoch)" '^[1-9][0-9]*$' "the epoch is a number >= 1"
 assert_match "$(jget "$LA" .owner)" "$UUID_RE" "the owner is a UUID"
 if [ "$(jget "$LA" .this_agent_leads)" = true ]; then
@@ -121,8 +120,10 @@ assert_eq "$(grep -c '"event":"leading"' "$T/$(echo "$FOLLOWER" | tr AB ab).out"
 section "(b) /healthz, /metrics, other paths"
 for p in "$PA" "$PB"; do
     H=$(get "$p" /healthz)
-    assert_eq "$(jget "$H" '[.ok, .store] | map(tostring) | join(" ")')" "true sqlite" \
-        "/healthz on $p: ok, store"
+    assert_eq "$(jget "$H" '[.ok, .store, .store_reachable] | map(tostring) | join(" ")')" \
+        "true sqlite true" "/healthz on $p: ok, store, store_reachable"
+    assert_eq "$(curl -s --noproxy "*" --max-time 2 -o /dev/null -w '%{http_code}' "http://127.0.0.1:$p/healthz")" 200 \
+        "/healthz on $p: 200"
     ctype=$(curl -s --noproxy "*" --max-time 2 -o "$T/metrics.$p" -w '%{http_code} %{content_type}' \
         "http://127.0.0.1:$p/metrics")
     assert_eq "$ctype" "200 text/plain; version=0.0.4" "/metrics on $p: 200, Prometheus text"

@@ -33,8 +33,9 @@ static const char usage_agent[] =
     "Campaign for leadership of NAME for a local service, and serve on HOST:PORT\n"
     "(use a loopback address): GET /leader (JSON: name, leader, epoch, label,\n"
     "owner, remaining_ms, this_agent_leads, known), GET /healthz (JSON: ok,\n"
-    "store, store_reachable), GET /metrics (Prometheus). It campaigns again\n"
-    "after losing leadership, and resigns on SIGINT or SIGTERM.\n"
+    "store, store_reachable), GET /metrics (Prometheus). It says on stderr where\n"
+    "it listens, campaigns again after losing leadership, and resigns on SIGINT\n"
+    "or SIGTERM.\n"
     "Every answer is judged when asked. this_agent_leads: this agent leads by\n"
     "its local deadline (false as soon as it steps down). The other fields come\n"
     "from its own grant while it leads, else from its last read of the store,\n"
@@ -560,6 +561,19 @@ static void agent_step(cli_globals *g, lease_store *s, const agent_opts *o,
     agent_read(s, o);
 }
 
+/* Once, on stderr: where the agent serves, for whom, on which store. */
+static void agent_say_listening(const agent_opts *o, const struct sockaddr_in *sa)
+{
+    char addr[INET_ADDRSTRLEN];
+
+    if (inet_ntop(AF_INET, &sa->sin_addr, addr, sizeof(addr)) == NULL)
+        snprintf(addr, sizeof(addr), "?");
+    fprintf(stderr, "lease agent: listening on http://%s:%u/ (GET /leader, /healthz, "
+            "/metrics) for the leadership of ", addr, (unsigned)ntohs(sa->sin_port));
+    cli_put_text(stderr, o->name);
+    fprintf(stderr, " on the %s store\n", view.store);
+}
+
 #ifdef LEASE_CLI_AGENT_MODULE_BUILD
 /* Which tool this module was built with: cli_globals and cli_args are
  * passed as they are, so the tool loads only a module of its own version. */
@@ -610,6 +624,7 @@ int cmd_agent(cli_globals *g, cli_args *a)
         lease_store_close(s);
         return EXIT_FAIL;
     }
+    agent_say_listening(&o, &sa);
     if (g->json)
         cli_print_json(json_pack("{s:s, s:o, s:s}", "event", "listening", "name",
                                  cli_json_str(o.name), "listen", o.listen_at));

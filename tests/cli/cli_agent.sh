@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # cli_agent: `lease agent` - two agents on loopback campaign for one name;
-# exactly one leads, both serve the same leader on /leader (known, 200),
-# /healthz is ok (200),
+# each says on stderr where it listens; exactly one leads, both serve the
+# same leader on /leader (known, 200), /healthz is ok (200),
 # /metrics passes `promtool check metrics`; kill -9 of the leading agent and
 # the other takes over with a greater epoch; SIGTERM resigns; bad input.
 #
@@ -100,6 +100,12 @@ assert_eq "$(jget "$LA" '[.name, .leader, .known] | map(tostring) | join(" ")')"
     "A: name, leader, known"
 assert_eq "$(jget "$LB" '[.name, .leader, .known] | map(tostring) | join(" ")')" "svc true true" \
     "B: name, leader, known"
+for l in A B; do
+    p=P$l
+    assert_contains "$(cat "$T/$(echo "$l" | tr AB ab).err")" \
+        "lease agent: listening on http://127.0.0.1:${!p}/ (GET /leader, /healthz, /metrics) for the leadership of svc on the sqlite store" \
+        "agent $l says on stderr where it listens"
+done
 assert_match "$(jget "$LA" .epoch)" '^[1-9][0-9]*$' "the epoch is a number >= 1"
 assert_match "$(jget "$LA" .owner)" "$UUID_RE" "the owner is a UUID"
 if [ "$(jget "$LA" .this_agent_leads)" = true ]; then

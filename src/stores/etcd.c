@@ -397,6 +397,28 @@ static unsigned char *etcd_fd_snapshot(size_t *n)
     return map;
 }
 
+/* Mark close-on-exec the descriptors open in `after` but not in `before`
+ * (etcd_fd_snapshot's, of n bytes): all of them, or the Unix sockets
+ * alone (unix_only). */
+static void etcd_fds_cloexec(const unsigned char *before, const unsigned char *after,
+                             size_t n, int unix_only)
+{
+    size_t i;
+
+    for (i = 0; before && after && i < n * 8; i++) {
+        int fd = (int)i, domain = 0, flags;
+        socklen_t len = sizeof(domain);
+
+        if (!(after[i / 8] & (1u << (i % 8))) || (before[i / 8] & (1u << (i % 8))))
+            continue;
+        if (unix_only && (getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &len) != 0 ||
+                          domain != AF_UNIX))
+            continue;
+        if ((flags = fcntl(fd, F_GETFD)) >= 0)
+            fcntl(fd, F_SETFD, flags | FD_CLOEXEC);
+    }
+}
+
 /*
  * A multi handle whose descriptors are close-on-exec. libcurl 7.x makes a
  * socketpair in every multi handle (its "wakeup" pair, also made inside
@@ -408,21 +430,13 @@ static unsigned char *etcd_fd_snapshot(size_t *n)
  */
 static CURLM *etcd_multi_new(void)
 {
-    size_t n, i;
+    size_t n;
     unsigned char *before = etcd_fd_snapshot(&n), *after;
     CURLM *m = curl_multi_init();
 
     after = etcd_fd_snapshot(&n);
-    for (i = 0; m && before && after && i < n * 8; i++) {
-        int fd = (int)i, domain = 0, flags;
-        socklen_t len = sizeof(domain);
-
-        if (!(after[i / 8] & (1u << (i % 8))) || (before[i / 8] & (1u << (i % 8))))
-            continue;
-        if (getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &len) == 0 &&
-            domain == AF_UNIX && (flags = fcntl(fd, F_GETFD)) >= 0)
-            fcntl(fd, F_SETFD, flags | FD_CLOEXEC);
-    }
+    if (m)
+        etcd_fds_cloexec(before, after, n, 1);
     free(before);
     free(after);
     return m;
@@ -3707,9 +3721,21 @@ static int etcd_parse_url(etcd_store *s, const lease__url *u)
 
 static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
 
+/* libcurl's start-up may open files of its own without O_CLOEXEC: the
+ * TLS key log that $SSLKEYLOGFILE names (OpenSSL's backend opens it in
+ * curl_global_init). Whatever appeared while it ran is made close-on-exec,
+ * so that a child of `lease run` does not inherit it, as the Kubernetes
+ * store's HTTP client (store_http.c, not linked into this store) does. */
 static void etcd_curl_start(void)
 {
+    size_t n;
+    unsigned char *before = etcd_fd_snapshot(&n), *after;
+
     curl_global_init(CURL_GLOBAL_DEFAULT);
+    after = etcd_fd_snapshot(&n);
+    etcd_fds_cloexec(before, after, n, 0);
+    free(before);
+    free(after);
 }
 
 static int etcd_open(lease_store *base, const char *url)

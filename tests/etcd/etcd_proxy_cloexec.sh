@@ -5,7 +5,10 @@
 #    directly, and the listener sees no connection at all;
 #  - after an open, acquires (a reused keep-alive connection), an inspect,
 #    a list and a release, every descriptor of the process is
-#    close-on-exec (etcd_checks cloexec).
+#    close-on-exec (etcd_checks cloexec);
+#  - with SSLKEYLOGFILE set, the key log file that libcurl's start-up
+#    opens is close-on-exec too: the command of `lease run` does not
+#    inherit it, and etcd_checks cloexec finds every descriptor marked.
 . "$(dirname "$0")/etcd_lib.sh" "$1"
 CHECKS_BIN=${2:?usage: $0 LEASE_BINARY ETCD_CHECKS_BINARY}
 command -v python3 >/dev/null || die "python3 is required"
@@ -39,5 +42,16 @@ section "every descriptor is close-on-exec after store calls"
 call "$CHECKS_BIN" cloexec "$URL"
 expect_rc 0 "etcd_checks cloexec"
 assert_contains "$OUT" "after acquire:" "the descriptors were checked after the acquire"
+
+section "the TLS key log (SSLKEYLOGFILE) is not inherited"
+# libcurl (OpenSSL) opens the file in curl_global_init, without O_CLOEXEC.
+KEYLOG=$T/keylog
+call env SSLKEYLOGFILE="$KEYLOG" "$LEASE" --store "$URL" run keylog/k --ttl 10s -- \
+    sh -c 'for f in /proc/$$/fd/*; do echo "${f##*/} -> $(readlink "$f")"; done'
+expect_rc 0 "lease run with SSLKEYLOGFILE set"
+assert_file "$KEYLOG" "libcurl opened the key log (the check below can see it)"
+assert_not_contains "$OUT" "$KEYLOG" "the command of lease run has no descriptor on the key log"
+call env SSLKEYLOGFILE="$KEYLOG" "$CHECKS_BIN" cloexec "$URL"
+expect_rc 0 "etcd_checks cloexec with SSLKEYLOGFILE set"
 
 finish

@@ -74,9 +74,11 @@
  * Sessions (share_lease): the session's handle attaches every key it
  * acquires to one etcd lease of the session's ttl, granted at its first
  * acquire and kept alive at each acquire (so each grant reports the full
- * TTL). renew_many is then one keep-alive and one LeaseTimeToLive (the
- * keys attached) for the whole batch, whatever its size: a grant is kept
- * while its key is attached and the handle attached it with that token.
+ * TTL). renew_many is then one keep-alive, one LeaseTimeToLive (the
+ * keys attached) and one range (the P lease/ keys written since the last
+ * round) for the whole batch, whatever its size: a grant is kept while
+ * its key is attached and is still the key the handle attached, with that
+ * token (create_revision) and owner.
  * When the shared lease ends (expiry, revoke) every grant in it is lost,
  * and the next acquire grants a new one. A key attached to the shared
  * lease that no record holds (a release or acquire whose outcome is
@@ -188,6 +190,8 @@ typedef struct {
     struct shared_rec **rec;        /* hash table of shared_rec, rec_size slots */
     size_t rec_size, rec_count;
     unsigned rec_round;             /* renew_many's pass, for shared_rec.seen */
+    int64_t shared_checked;         /* the revision up to which renew_many read
+                                       the P lease/ keys written (etcd_shared_changes) */
     /* Plain grants' etcd leases that this handle granted (see Pool at
      * the top), valid in process pool_pid only. */
     struct pool_lease {
@@ -1247,11 +1251,19 @@ static json_t *etcd_jrange_end(etcd_store *s, const char *kind, const char *name
     return etcd_jb64(buf, n);
 }
 
-static char *etcd_kv_value(json_t *kv, size_t *len)
+/* A bytes field of a kv ("key", "value"), decoded: *len bytes and a NUL,
+ * malloc'ed; "" when etcd left it out (empty). NULL when out of memory
+ * (the answer was type-checked: it is base64). */
+static char *etcd_kv_bytes(json_t *kv, const char *field, size_t *len)
 {
-    const char *v = json_string_value(json_object_get(kv, "value"));
+    const char *v = json_string_value(json_object_get(kv, field));
 
     return lease__etcd_b64_decode(v ? v : "", len);
+}
+
+static char *etcd_kv_value(json_t *kv, size_t *len)
+{
+    return etcd_kv_bytes(kv, "value", len);
 }
 
 /* The kvs of the i-th response of a txn (a range's), or NULL. */
@@ -1443,7 +1455,10 @@ static void etcd_pool_add(etcd_store *s, int64_t id, uint64_t ttl_ms, uint64_t g
     p->idle = 0;
 }
 
-static int etcd_grant(int64_t *id, uint64_t *granted_ms, etcd_store *s, uint64_t ttl_ms)
+/* A new etcd lease; *revision (unless NULL): the cluster's revision then,
+ * which every key attached to the lease is written after. */
+static int etcd_grant(int64_t *id, uint64_t *granted_ms, int64_t *revision, etcd_store *s,
+                      uint64_t ttl_ms)
 {
     json_t *res;
     int rc;
@@ -1453,6 +1468,8 @@ static int etcd_grant(int64_t *id, uint64_t *granted_ms, etcd_store *s, uint64_t
     if (rc < 0)
         return rc;
     *id = etcd_jint(res, "ID");
+    if (revision)
+        *revision = etcd_jint(json_object_get(res, "header"), "revision");
     rc = etcd_ttl_ms(granted_ms, s, etcd_jint(res, "TTL"), "grant");
     json_decref(res);
     if (rc == 0 && *id <= 0)
@@ -1649,7 +1666,7 @@ static int etcd_pool_take(int64_t *id, uint64_t *granted_ms, int *how, etcd_stor
         return 0;
     }
     now = lease_clock_ns();
-    if ((rc = etcd_grant(id, granted_ms, s, ttl_ms)) < 0)
+    if ((rc = etcd_grant(id, granted_ms, NULL, s, ttl_ms)) < 0)
         return rc;
     etcd_pool_add(s, *id, ttl_ms, *granted_ms, now);
     *how = TAKE_FRESH;
@@ -1827,7 +1844,8 @@ static int etcd_shared_lease(int64_t *id, uint64_t *granted_ms, etcd_store *s)
             etcd_forget_shared(s);
     }
     if (s->shared_id == 0) {
-        if ((rc = etcd_grant(&s->shared_id, granted_ms, s, s->shared_ttl_ms)) < 0) {
+        if ((rc = etcd_grant(&s->shared_id, granted_ms, &s->shared_checked, s,
+                             s->shared_ttl_ms)) < 0) {
             s->shared_id = 0;
             return rc;
         }
@@ -2366,7 +2384,7 @@ static int etcd_move_to_new_lease(uint64_t *granted_ms, etcd_store *s, const cha
     int64_t id, t0 = lease_clock_ns();
     int rc, ok;
 
-    if ((rc = etcd_grant(&id, granted_ms, s, ttl_ms)) < 0)
+    if ((rc = etcd_grant(&id, granted_ms, NULL, s, ttl_ms)) < 0)
         return rc;
     rc = etcd_call(&res, s, "/v3/kv/range", json_pack("{s:o}", "key", etcd_jkey(s, "meta/", key)),
               "renew");
@@ -2794,8 +2812,7 @@ static char **etcd_kv_names(json_t *kvs, size_t skip)
     char **names = calloc(count ? count : 1, sizeof(*names));
 
     for (i = 0; names && i < count; i++) {
-        char *k = lease__etcd_b64_decode(json_string_value(json_object_get(json_array_get(kvs, i),
-                                                               "key")) ?: "", &n);
+        char *k = etcd_kv_bytes(json_array_get(kvs, i), "key", &n);
 
         if (k && n > skip && n - skip <= LEASE_KEY_MAX && memchr(k, '\0', n) == NULL) {
             memmove(k, k + skip, n - skip + 1);
@@ -3315,6 +3332,68 @@ static int etcd_shared_keys(etcd_store *s, orphan_list *orphans)
     return rc;
 }
 
+/* Is `kv` (a P lease/ kv of K) the key the record of K says the handle
+ * attached: on the shared lease, created at the grant's token, with its
+ * owner? */
+static int etcd_rec_is(const etcd_store *s, const shared_rec *r, json_t *kv)
+{
+    size_t n = 0;
+    char *owner = etcd_kv_value(kv, &n);
+    int same = owner && n == strlen(r->owner) && strcmp(owner, r->owner) == 0 &&
+               etcd_jint(kv, "lease") == s->shared_id &&
+               (uint64_t)etcd_jint(kv, "create_revision") == r->token;
+
+    free(owner);
+    return same;
+}
+
+/*
+ * After the LeaseTimeToLive that found the records' keys attached: the
+ * P lease/ keys written since the last round (mod_revision past
+ * s->shared_checked). A key attached to the shared lease is a grant's only
+ * while it is the key the handle created: one deleted and put again on the
+ * lease by anyone else has a new create_revision, and may have the owner's
+ * text too. Its record is then no longer seen (the grant is lost), and the
+ * key, on the lease, is an orphan. Every write to a key on the lease comes
+ * after the lease's grant, whose revision the first round starts from, so
+ * none escapes a round. The keys listed are those that other clients
+ * wrote under the prefix in one round too, usually few; as many as a
+ * list's at most.
+ */
+static int etcd_shared_changes(etcd_store *s, orphan_list *orphans)
+{
+    json_t *req = etcd_range_body(s, "lease/", ""), *res, *kvs;
+    int64_t rev;
+    size_t i, n = 0;
+    int rc = 0;
+
+    if (req)
+        json_object_set_new(req, "min_mod_revision", json_integer(s->shared_checked + 1));
+    if ((rc = etcd_call_max(&res, s, "/v3/kv/range", req, LIST_ANSWER_MAX, "time to live")) < 0)
+        return rc;
+    kvs = json_object_get(res, "kvs");
+    for (i = 0; rc == 0 && i < json_array_size(kvs); i++) {
+        json_t *kv = json_array_get(kvs, i);
+        char *k = etcd_kv_bytes(kv, "key", &n);
+        const char *name = k ? etcd_key_of(s, k, n, "lease/") : NULL;
+        shared_rec *r = name ? etcd_rec_find(s, name) : NULL;
+
+        if (k == NULL)
+            rc = lease__seterr(LEASE_ENOMEM, "out of memory");
+        else if (r && r->seen == s->rec_round && !etcd_rec_is(s, r, kv)) {
+            r->seen = 0;
+            if (etcd_jint(kv, "lease") == s->shared_id)
+                etcd_orphan_add(orphans, name);
+        }
+        free(k);
+    }
+    rev = etcd_jint(json_object_get(res, "header"), "revision");
+    if (rc == 0 && rev > s->shared_checked)
+        s->shared_checked = rev;
+    json_decref(res);
+    return rc;
+}
+
 /*
  * The guarded delete of one orphan, as read in `kv` (its P lease/K; NULL
  * when only P meta/K was left): a txn of its own inside the round's one,
@@ -3467,9 +3546,10 @@ static void etcd_renew_results(int *results, uint64_t *granted_ms, etcd_store *s
 
 /*
  * A session handle's batch, whatever its size: one keep-alive of the
- * shared lease, then one LeaseTimeToLive for the keys attached to it. A
- * grant is renewed when its key is attached and the handle attached it
- * with this token and owner; every grant is lost when the lease ended.
+ * shared lease, then one LeaseTimeToLive for the keys attached to it and
+ * one range for the keys written since the last round. A grant is renewed
+ * when its key is attached and is the key the handle attached, with this
+ * token and owner; every grant is lost when the lease ended.
  * Then the keys attached that no record holds (orphans) are deleted.
  * Without share_lease: one renew per grant.
  */
@@ -3500,6 +3580,8 @@ static int etcd_renew_many(int *results, uint64_t *granted_ms, lease_store *base
     if (++s->rec_round == 0)
         s->rec_round = 1; /* 0 is no pass */
     rc = etcd_shared_keys(s, &orphans);
+    if (rc == 0)
+        rc = etcd_shared_changes(s, &orphans);
     if (rc == 0) {
         etcd_renew_results(results, granted_ms, s, grants, n, ttl);
         /* After the results: the orphans were listed by the same

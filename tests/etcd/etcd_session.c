@@ -8,8 +8,8 @@
  *    which lists exactly those keys, their meta/ keys and its shared/
  *    marker; tokens are the keys' create revisions, increasing;
  *  - renew_many of 200 grants (through the backend table) is one
- *    keep-alive and one LeaseTimeToLive, counted by etcd's own gRPC
- *    counters (/metrics), and refuses a wrong token and a deleted key
+ *    keep-alive, one LeaseTimeToLive and one Range, counted by etcd's own
+ *    gRPC counters (/metrics), and refuses a wrong token and a deleted key
  *    alone; a session's round is one keep-alive too;
  *  - revoking the shared lease behind the session's back loses every
  *    grant (callbacks, LEASE_ELOST), and the next acquire gets a new one;
@@ -21,7 +21,9 @@
  *  - a release whose outcome is unknown (a paused forwarder) leaves its
  *    key attached: the next renew_many deletes it, the other grants stay;
  *  - keys put on the shared lease behind the handle's back (orphans) are
- *    deleted by the next renew_many; the grants' keys stay.
+ *    deleted by the next renew_many; the grants' keys stay;
+ *  - a grant's key deleted and put again on the shared lease by someone
+ *    else (a new create revision) is that grant lost, and an orphan.
  *
  * Plain grants (no share_lease) reuse the handle's etcd leases (issue 16):
  *  - a warm handle's acquire + release is two txns and a keep-alive, no
@@ -373,8 +375,9 @@ static void test_one_lease(void **state)
     assert_int_equal(key_exists("meta/", "one/199"), 0);
 }
 
-/* renew_many through the backend: one keep-alive and one LeaseTimeToLive
- * for 200 grants, whatever their results. */
+/* renew_many through the backend: one keep-alive, one LeaseTimeToLive and
+ * one Range (the keys written since the last round) for 200 grants,
+ * whatever their results. */
 static void test_renew_many_one_keepalive(void **state)
 {
     static lease_grant g[MANY + 2];
@@ -411,7 +414,7 @@ static void test_renew_many_one_keepalive(void **state)
     assert_int_equal(grpc_calls("LeaseKeepAlive") - ka, 1);
     assert_int_equal(grpc_calls("LeaseTimeToLive") - ttl, 1);
     assert_int_equal(grpc_calls("Txn") - txn, 0);
-    assert_int_equal(grpc_calls("Range") - range, 0);
+    assert_int_equal(grpc_calls("Range") - range, 1);
     assert_int_equal(grpc_calls("LeaseGrant") - grant, 0);
     for (i = 0; i < MANY; i++) {
         CHECK_RC(0, results[i]);
@@ -758,6 +761,49 @@ static void test_orphan_deleted(void **state)
     lease_store_close(h);
 }
 
+/*
+ * A grant's key deleted and put again on the shared lease by another
+ * client (the same owner text, the lease's id): still attached, but a new
+ * key, with a new create revision. renew_many reports that grant lost and
+ * the other one renewed, the round after too; renew says lost; the key put
+ * behind the handle's back is an orphan, which the rounds delete.
+ */
+static void test_reput_lost(void **state)
+{
+    lease_grant g[2];
+    lease_store *h;
+    int results[2], round;
+    uint64_t granted[2], rev = 0;
+    int64_t id;
+    char *v;
+
+    (void)state;
+    h = shared_handle(g, url, "reput", 2);
+    id = lease_of("reput/000", NULL);
+    json_decref(etcd("/v3/kv/deleterange",
+                     json_pack("{s:o}", "key", jkey("lease/", "reput/000"))));
+    v = enc64(owner);
+    json_decref(etcd("/v3/kv/put", json_pack("{s:o, s:s, s:I}", "key",
+                                             jkey("lease/", "reput/000"), "value", v,
+                                             "lease", (json_int_t)id)));
+    free(v);
+    assert_true(lease_of("reput/000", &rev) == id);
+    ASSERT_U64_OP(rev, >, g[0].token);
+    for (round = 0; round < 2; round++) {
+        results[0] = results[1] = 12345;
+        CHECK_RC(0, h->backend->renew_many(results, granted, h, g, 2, TTL_MS));
+        CHECK_RC(LEASE_ELOST, results[0]);
+        CHECK_RC(0, results[1]);
+        ASSERT_U64_OP(granted[1], >=, TTL_MS);
+    }
+    CHECK_RC(LEASE_ELOST, h->backend->renew(&granted[0], h, g[0].key, owner, g[0].token,
+                                            TTL_MS));
+    assert_int_equal(key_exists("lease/", "reput/000"), 0);
+    assert_true(lease_of("reput/001", NULL) == id);
+    CHECK_RC(0, lease_release(h, &g[1]));
+    lease_store_close(h);
+}
+
 /* ---- plain grants: the handle's pool of etcd leases ----------------------- */
 
 static lease_store *plain_handle(const char *u)
@@ -1023,6 +1069,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_history_twice),
         cmocka_unit_test(test_release_unknown),
         cmocka_unit_test(test_orphan_deleted),
+        cmocka_unit_test(test_reput_lost),
         cmocka_unit_test(test_plain_reuse),
         cmocka_unit_test(test_plain_apart),
         cmocka_unit_test(test_plain_idle_gone),

@@ -240,6 +240,7 @@ typedef struct {
     char *data;
     size_t len, cap;
     size_t max;     /* the cap of what is held at once; 0: ANSWER_MAX */
+    int64_t end_ns; /* the call's deadline, which decoding the answer keeps */
     int too_large;
     /* Watch streams: stop once this returns non-zero for a message. */
     int (*on_message)(json_t *msg, void *arg);
@@ -265,9 +266,13 @@ static int etcd_stream_lines(body *b)
 
     while ((nl = memchr(b->data + b->scanned, '\n', b->len - b->scanned))) {
         char err[160];
-        json_t *msg = lease__etcd_json_load(b->data + b->scanned,
-                                            (size_t)(nl - b->data - b->scanned),
-                                            LEASE__ETCD_HOLD_ANY, err, sizeof(err));
+        size_t n = (size_t)(nl - b->data - b->scanned);
+        lease__etcd_budget budget = lease__etcd_budget_of(LEASE__ETCD_HOLD_ANY, n, b->end_ns);
+        json_t *msg;
+
+        /* A message that cannot be read is no release: the watch goes on
+         * (to its deadline, when that is what stopped it). */
+        lease__etcd_json_load(&msg, b->data + b->scanned, n, &budget, err, sizeof(err));
         b->scanned = (size_t)(nl - b->data) + 1;
         if (msg) {
             int stop = b->on_message(msg, b->arg);
@@ -836,11 +841,24 @@ static const char *etcd_their_message(const etcd_store *s, const char *msg, size
     return msg;
 }
 
-/* What the answer in b may hold: one value whole for a data read (the one
- * call given DATA_ANSWER_MAX), else anything (etcd_pb.h, HOLD_*). */
-static int etcd_hold(const body *b)
+/* What decoding the answer in b may cost: what it may hold, one value
+ * whole for a data read (the one call given DATA_ANSWER_MAX), else
+ * anything (etcd_pb.h, HOLD_*); and the time left of the call. */
+static lease__etcd_budget etcd_budget(const body *b)
 {
-    return b->max == DATA_ANSWER_MAX ? LEASE__ETCD_HOLD_VALUE : LEASE__ETCD_HOLD_ANY;
+    return lease__etcd_budget_of(b->max == DATA_ANSWER_MAX ? LEASE__ETCD_HOLD_VALUE
+                                                           : LEASE__ETCD_HOLD_ANY,
+                                 b->len, b->end_ns);
+}
+
+/* An answer that could not be decoded (rc, err): malformed, too costly
+ * to hold, or not decoded within the call's timeout (outcome unknown). */
+static int etcd_undecoded(int rc, const char *what, const char *err)
+{
+    if (rc == LEASE__ETCD_LATE)
+        return lease__seterr(LEASE_ESTORE, "etcd %s: timed out decoding the answer: %s "
+                             "(the outcome is unknown)", what, err);
+    return lease__seterr(LEASE_ESTORE, "etcd %s: malformed answer: %s", what, err);
 }
 
 /* The gRPC answer of a request to `path` that completed: an HTTP/2 200,
@@ -851,6 +869,8 @@ static int etcd_grpc_answer(json_t **out, etcd_store *s, long status, body *b,
 {
     char err[160];
     const char *msg = etcd_their_message(s, b->grpc_msg, b->grpc_msg_len);
+    lease__etcd_budget budget = etcd_budget(b);
+    int rc;
 
     if (msg && msg == b->grpc_msg)
         lease__etcd_pb_printable(b->grpc_msg, b->grpc_msg_len); /* one line */
@@ -869,9 +889,9 @@ static int etcd_grpc_answer(json_t **out, etcd_store *s, long status, body *b,
         return lease__seterr(LEASE_ESTORE, "etcd %s: gRPC status %ld%s%.200s", what,
                              b->grpc_status, msg ? ": " : "", msg ? msg : "");
     }
-    if (lease__etcd_pb_answer(out, path, (const unsigned char *)b->data, b->len,
-                              etcd_hold(b), err, sizeof(err)) < 0)
-        return lease__seterr(LEASE_ESTORE, "etcd %s: malformed answer: %s", what, err);
+    if ((rc = lease__etcd_pb_answer(out, path, (const unsigned char *)b->data, b->len,
+                                    &budget, err, sizeof(err))) < 0)
+        return etcd_undecoded(rc, what, err);
     if (etcd_check_answer(*out, what) == 0)
         return 0;
     json_decref(*out);
@@ -887,17 +907,17 @@ static int etcd_answer(json_t **out, etcd_store *s, CURL *c, body *b, const char
     long status = 0;
     const char *msg;
     char err[160] = "";
+    lease__etcd_budget budget = etcd_budget(b);
     int rc;
 
     curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
     *out = NULL;
     if (b->grpc)
         return etcd_grpc_answer(out, s, status, b, path, what);
-    *out = b->len ? lease__etcd_json_load(b->data, b->len, etcd_hold(b), err, sizeof(err))
-                  : NULL;
-    if (*out == NULL && err[0] != '\0') {
+    rc = b->len ? lease__etcd_json_load(out, b->data, b->len, &budget, err, sizeof(err)) : 0;
+    if (rc < 0 && err[0] != '\0') {
         b->refused = status != 200;
-        return lease__seterr(LEASE_ESTORE, "etcd %s: malformed answer: %s", what, err);
+        return etcd_undecoded(rc, what, err);
     }
     if (status == 200 && json_is_object(*out) && json_object_get(*out, "error") == NULL) {
         if (etcd_check_answer(*out, what) == 0)
@@ -933,6 +953,8 @@ static int etcd_post(json_t **out, etcd_store *s, const char *path, json_t *req,
 {
     body local = { .max = max };
     body *b = stream ? stream : &local;
+
+    b->end_ns = end;
     CURLcode cc = CURLE_OPERATION_TIMEDOUT;
     int64_t t0 = 0;
     int tries, idx = s->current, sent = 0, attempts = 0, rc, wipe_answer = 0;
@@ -1576,6 +1598,7 @@ static int etcd_pair(json_t **res, uint64_t *ka_ms, etcd_store *s, int64_t id, j
     *res = NULL;
     *ka_ms = PAIR_NO_TTL;
     memset(b, 0, sizeof(b));
+    b[0].end_ns = b[1].end_ns = s->end_ns;
     if (s->curl2 == NULL)
         s->curl2 = curl_easy_init();
     h[0] = s->curl;

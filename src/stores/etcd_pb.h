@@ -37,36 +37,53 @@ int lease__etcd_pb_request(unsigned char **out, size_t *len, const char *path,
                            json_t *req, char *err, size_t errsize);
 
 /*
- * What an answer is expected to hold, which bounds what decoding it may
- * take in memory. jansson spends about 220 bytes on an object and 40 on a
- * string, so an answer of empty objects ("{},") would take 75 times its
- * size. Of the store's answers, a list of keys
- * without values (the most per byte) takes about 6 times its size as JSON
- * and 24 as protobuf, which is smaller; one value read whole, about 1.
+ * What decoding one answer may cost, in memory and in time, whichever the
+ * transport: the protobuf decoder counts what it builds as it goes, the
+ * JSON loader counts the gateway's text before it parses it. Memory is
+ * what the answer's JSON values take to hold (what jansson allocates for
+ * each, malloc's rounding included, its lexer's buffer for the JSON; a
+ * field's base64 while it is encoded aside) and how many values there
+ * are; decoding stops at end_ns. jansson spends about 224 bytes on an
+ * object, so the cost of an answer is not its size: 32 MiB of empty
+ * entries would take 2 GiB.
  */
+typedef struct lease__etcd_budget {
+    size_t bytes;    /* the most the decoded answer may take to hold */
+    size_t values;   /* the most JSON values it may have */
+    int64_t end_ns;  /* the deadline on lease_clock_ns(); 0: none */
+} lease__etcd_budget;
+
+/* What an answer is expected to hold, which sets its budget. */
 enum {
-    LEASE__ETCD_HOLD_ANY,  /* 64 MiB + 16 x the answer as JSON, 32 x as protobuf */
-    LEASE__ETCD_HOLD_VALUE /* one value (a data read): 64 MiB + 2 x the answer */
+    LEASE__ETCD_HOLD_ANY,  /* anything: 64 MiB and 2^20 values, whatever its size */
+    LEASE__ETCD_HOLD_VALUE /* one value (a data read): 1 MiB + 4 x the answer, 4096 values */
 };
+
+/* The budget of an answer of len bytes that holds `hold`, decoded by end_ns. */
+lease__etcd_budget lease__etcd_budget_of(int hold, size_t len, int64_t end_ns);
+
+/* What the decoders answer when the budget's deadline passed first. */
+#define LEASE__ETCD_LATE (-2)
 
 /*
  * The gateway's JSON for the body of etcd's gRPC answer to a call to
- * `path`: exactly one uncompressed length-prefixed message. 0 and *out,
- * or -1 with what is wrong with it in err (one that would take more than
- * `hold` allows to hold among them: counted as it decodes).
+ * `path`: exactly one uncompressed length-prefixed message. 0 and *out;
+ * -1 with what is wrong with it in err (one past the budget's memory
+ * among them); LEASE__ETCD_LATE (err says so) when the budget's deadline
+ * passed while it was decoded.
  */
 int lease__etcd_pb_answer(json_t **out, const char *path, const unsigned char *body,
-                          size_t len, int hold, char *err, size_t errsize);
+                          size_t len, const lease__etcd_budget *budget, char *err,
+                          size_t errsize);
 
 /*
- * The gateway's JSON answer of `len` bytes parsed (jansson), or NULL: not
- * JSON, or (with err set) what it would cost to hold is past what `hold`
- * allows, counted from its braces, brackets, quotes,
- * colons and commas before anything is parsed. err[0] is '\0' when it is
- * only not JSON.
+ * The gateway's JSON answer of `len` bytes parsed (jansson) into *out: 0;
+ * -1 when it is not JSON (err[0] is '\0') or (err set) what it would take
+ * to hold is past the budget, counted before anything is parsed;
+ * LEASE__ETCD_LATE when the budget's deadline passed first.
  */
-json_t *lease__etcd_json_load(const char *data, size_t len, int hold, char *err,
-                              size_t errsize);
+int lease__etcd_json_load(json_t **out, const char *data, size_t len,
+                          const lease__etcd_budget *budget, char *err, size_t errsize);
 
 /* An int64 field of the gateway's JSON: proto3's JSON mapping writes them
  * as strings of digits; a JSON integer is taken too. 0, or -1 (and *out

@@ -22,7 +22,9 @@
  *       the last value of a field sent twice winning, a message sent twice
  *       merged, the last member of a oneof winning; what is cut short, of
  *       a wrong wire type, compressed, not UTF-8, nested too deep or an
- *       empty list entry is refused.
+ *       empty list entry is refused; what decoding an answer may cost is
+ *       bounded by its budget, whatever its size (what jansson holds is
+ *       counted through its allocator here), and by its deadline.
  */
 #include <dirent.h>
 #include <fcntl.h>
@@ -37,6 +39,7 @@
 #include "stores/etcd_pb.h"
 #include "../fd_check.h"
 #include "../check.h"
+#include "json_count.h"
 
 
 static void bad_fd(int fd, const char *target, void *when)
@@ -212,13 +215,14 @@ static void decodes(const char *path, const char *hex, const char *want)
     size_t n = framed(body, sizeof(body), hex);
     json_t *got = NULL, *w = json_loads(want, 0, NULL);
     char err[160] = "", *text;
+    lease__etcd_budget b = lease__etcd_budget_of(LEASE__ETCD_HOLD_ANY, n, 0);
 
-    CHECK(lease__etcd_pb_answer(&got, path, body, n, LEASE__ETCD_HOLD_ANY, err, sizeof(err)) == 0,
+    CHECK(lease__etcd_pb_answer(&got, path, body, n, &b, err, sizeof(err)) == 0,
           "decode %s %s: %s", path, hex, err);
     text = got ? json_dumps(got, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
     CHECK(w && got && json_equal(got, w), "decode %s %s: %s, expected %s", path, hex,
           text ? text : "(nothing)", want);
-    free(text);
+    json_count_free(text);
     json_decref(got);
     json_decref(w);
 }
@@ -229,8 +233,9 @@ static void body_refused(const char *path, const unsigned char *body, size_t n,
 {
     json_t *got = NULL;
     char err[160] = "";
+    lease__etcd_budget b = lease__etcd_budget_of(LEASE__ETCD_HOLD_ANY, n, 0);
 
-    CHECK(lease__etcd_pb_answer(&got, path, body, n, LEASE__ETCD_HOLD_ANY, err, sizeof(err)) < 0 && got == NULL &&
+    CHECK(lease__etcd_pb_answer(&got, path, body, n, &b, err, sizeof(err)) < 0 && got == NULL &&
               err[0],
           "decode %s: %s accepted", path, what);
     json_decref(got);
@@ -278,45 +283,67 @@ static size_t varint(unsigned char *p, size_t v)
     return n;
 }
 
-/* Decoding `body` (len bytes) as a Range answer holding `hold`: 0 when
- * it decodes to `kvs` key-values (any count when kvs is (size_t)-1), -1
- * when it is refused as more than it may take to hold (anything else
- * fails the check named `what`). *json: the answer as the gateway's JSON,
- * when asked. */
-static int range_hold(const unsigned char *body, size_t len, int hold, size_t kvs,
-                      char **json, const char *what)
+/* The answer a decoder gave (rc, got, err) with budget b, checked as
+ * `what`: jansson held no more than the budget's bytes meanwhile, and a
+ * refusal says it is for the answer's cost (or deadline). rc. */
+static int within(int rc, json_t *got, const char *err, const lease__etcd_budget *b,
+                  const char *what)
+{
+    CHECK(json_count_peak() <= b->bytes, "%s: jansson held %zu bytes, past the budget of %zu",
+          what, json_count_peak(), b->bytes);
+    if (rc < 0)
+        CHECK(got == NULL && strstr(err, rc == LEASE__ETCD_LATE ? "timeout" : "to hold"),
+              "%s: refused (%d), but not for its cost: %s", what, rc, err);
+    return rc;
+}
+
+/* Decoding `body` (len bytes) as a Range answer with budget b: 0 when it
+ * decodes to `kvs` key-values, or the decoder's refusal (within()).
+ * *json: the answer as the gateway's JSON, when asked. */
+static int range_within(const unsigned char *body, size_t len, const lease__etcd_budget *b,
+                        size_t kvs, char **json, const char *what)
 {
     json_t *got = NULL;
     char err[160] = "";
-    int rc = lease__etcd_pb_answer(&got, "/v3/kv/range", body, len, hold, err, sizeof(err));
+    int rc;
 
-    if (rc < 0) {
-        CHECK(got == NULL && strstr(err, "to hold"), "%s: refused, but not for its size: %s",
-              what, err);
-        return -1;
+    json_count_reset();
+    rc = within(lease__etcd_pb_answer(&got, "/v3/kv/range", body, len, b, err, sizeof(err)),
+                got, err, b, what);
+    if (rc == 0) {
+        CHECK(json_array_size(json_object_get(got, "kvs")) == kvs, "%s: %zu key-values decoded",
+              what, json_array_size(json_object_get(got, "kvs")));
+        if (json)
+            *json = json_dumps(got, JSON_COMPACT);
     }
-    CHECK(kvs == (size_t)-1 || json_array_size(json_object_get(got, "kvs")) == kvs,
-          "%s: %zu key-values decoded", what, json_array_size(json_object_get(got, "kvs")));
-    if (json)
-        *json = json_dumps(got, JSON_COMPACT);
     json_decref(got);
-    return 0;
+    return rc;
 }
 
-/* What an answer may take to hold is bounded (etcd_pb.h, HOLD_*),
- * and by what the call expects, not by a flat cap. 4 MiB of key-values
- * without a value (about 23 times their size as JSON objects, 92 MiB)
- * decode as a list, over gRPC and as the gateway's JSON, but not as the
- * answer to a data read; 4 MiB of entries that each make an object of 4
- * bytes (68 times) are refused as anything; one 3 MiB value decodes as a
- * data read. */
-static void codec_budget(void)
+/* The same for the gateway's JSON text (len bytes): 0 when it loads with
+ * `kvs` key-values. */
+static int json_within(const char *text, size_t len, const lease__etcd_budget *b, size_t kvs,
+                       const char *what)
 {
-    static const unsigned char tiny[] = { 0x78, 0x00 }; /* field 15, unknown */
-    unsigned char kv[32], *b;
-    size_t len, n = 0, count, i;
-    char err[160] = "", *text = NULL;
-    json_t *got;
+    json_t *got = NULL;
+    char err[160] = "";
+    int rc;
+
+    json_count_reset();
+    rc = within(lease__etcd_json_load(&got, text, len, b, err, sizeof(err)), got, err, b, what);
+    if (rc == 0)
+        CHECK(json_array_size(json_object_get(got, "kvs")) == kvs, "%s: %zu key-values loaded",
+              what, json_array_size(json_object_get(got, "kvs")));
+    json_decref(got);
+    return rc;
+}
+
+/* `size` bytes of key-values without a value ("/lease/seen/ab" and three
+ * revisions, 28 bytes each) as one framed Range answer; *count of them. */
+static unsigned char *seen_kvs(size_t *len, size_t *count, size_t size)
+{
+    unsigned char kv[32];
+    size_t n = 0;
 
     kv[n++] = 0x0a; /* key */
     kv[n++] = 14;
@@ -324,43 +351,104 @@ static void codec_budget(void)
     n += 14;
     memcpy(kv + n, "\x10\xa0\x9c\x01\x18\xa0\x9c\x01\x20\x01", 10); /* revisions, version */
     n += 10;
-    count = ((size_t)4 << 20) / (n + 2);
-    b = range_of(&len, kv, n, count);
-    CHECK(b && range_hold(b, len, LEASE__ETCD_HOLD_ANY, count, &text,
-                          "4 MiB of value-less key-values over gRPC") == 0,
-          "4 MiB of value-less key-values over gRPC decode as a list");
-    CHECK(b && range_hold(b, len, LEASE__ETCD_HOLD_VALUE, count, NULL,
-                          "the same as a data read") < 0,
+    *count = size / (n + 2);
+    return range_of(len, kv, n, *count);
+}
+
+/* n bytes of `unit` (u bytes) repeated, as one framed message. */
+static unsigned char *repeated(size_t *len, const char *unit, size_t u, size_t n)
+{
+    unsigned char *b = malloc(5 + n / u * u);
+    size_t m = n / u * u, i;
+
+    if (b == NULL)
+        return NULL;
+    b[0] = 0;
+    b[1] = (unsigned char)(m >> 24);
+    b[2] = (unsigned char)(m >> 16);
+    b[3] = (unsigned char)(m >> 8);
+    b[4] = (unsigned char)m;
+    for (i = 0; i < m; i += u)
+        memcpy(b + 5 + i, unit, u);
+    *len = 5 + m;
+    return b;
+}
+
+/*
+ * What decoding an answer may cost is bounded by its budget (etcd_pb.h),
+ * not by its size, and jansson never holds more than that meanwhile:
+ *  - 1 MiB of key-values without a value (37,000 of them, about 33 MiB
+ *    as JSON values) decode as a list, over gRPC and as the gateway's
+ *    JSON; not as the answer to a data read (too many values), nor with
+ *    a budget of 8 MiB; with the deadline passed, neither decodes;
+ *  - 4 MiB of them (about 130 MiB as JSON values), 4 MiB of 4-byte
+ *    entries and 32 MiB of empty txn answers (2 GiB) are refused within
+ *    64 MiB, and 4 MiB of empty objects as JSON before parsing;
+ *  - one 3 MiB value decodes as a data read.
+ */
+static void codec_budget(void)
+{
+    unsigned char *b;
+    size_t len = 0, count = 0, i;
+    char *text = NULL;
+    lease__etcd_budget any, tight, late, value;
+
+    b = seen_kvs(&len, &count, (size_t)1 << 20);
+    any = lease__etcd_budget_of(LEASE__ETCD_HOLD_ANY, len, 0);
+    value = lease__etcd_budget_of(LEASE__ETCD_HOLD_VALUE, len, 0);
+    tight = late = any;
+    tight.bytes = (size_t)8 << 20;
+    late.end_ns = lease_clock_ns() - 1;
+    CHECK(b && range_within(b, len, &any, count, &text, "1 MiB of value-less key-values") == 0,
+          "1 MiB of value-less key-values over gRPC decode as a list");
+    CHECK(b && range_within(b, len, &value, count, NULL, "the same as a data read") == -1,
           "the same key-values are refused as the answer to a data read");
+    CHECK(b && range_within(b, len, &tight, count, NULL, "the same within 8 MiB") == -1,
+          "the same key-values are refused within 8 MiB");
+    CHECK(b && range_within(b, len, &late, count, NULL, "the same, late") == LEASE__ETCD_LATE,
+          "the same key-values past the deadline are LEASE__ETCD_LATE");
     free(b);
     if (text) {
-        json_t *again = lease__etcd_json_load(text, strlen(text), LEASE__ETCD_HOLD_ANY, err,
-                                              sizeof(err));
-
-        CHECK(again && json_array_size(json_object_get(again, "kvs")) == count,
-              "the same key-values as the gateway's JSON (%zu bytes) load: %s", strlen(text),
-              err);
-        json_decref(again);
-        free(text);
+        CHECK(json_within(text, strlen(text), &any, count, "them as JSON") == 0,
+              "the same key-values as the gateway's JSON (%zu bytes) load", strlen(text));
+        CHECK(json_within(text, strlen(text), &tight, count, "them as JSON in 8 MiB") == -1,
+              "the same key-values as JSON are refused within 8 MiB");
+        CHECK(json_within(text, strlen(text), &late, count, "them as JSON, late") ==
+                  LEASE__ETCD_LATE,
+              "the same key-values as JSON past the deadline are LEASE__ETCD_LATE");
+        json_count_free(text);
     }
-    b = range_of(&len, tiny, sizeof(tiny), ((size_t)4 << 20) / 4);
-    CHECK(b && range_hold(b, len, LEASE__ETCD_HOLD_ANY, 0, NULL, "4-byte entries") < 0,
+    b = seen_kvs(&len, &count, (size_t)4 << 20);
+    CHECK(b && range_within(b, len, &any, count, NULL, "4 MiB of key-values") == -1,
+          "4 MiB of value-less key-values over gRPC are refused");
+    free(b);
+    b = repeated(&len, "\x12\x02\x78\x00", 4, (size_t)4 << 20); /* kvs {field 15} */
+    CHECK(b && range_within(b, len, &any, 0, NULL, "4-byte entries") == -1,
           "4 MiB of 4-byte entries over gRPC are refused");
     free(b);
+    b = repeated(&len, "\x1a\x02\x12\x00", 4, ((size_t)32 << 20) - 16); /* an empty put's */
+    if (b) {
+        json_t *got = NULL;
+        char err[160] = "";
+
+        json_count_reset();
+        CHECK(within(lease__etcd_pb_answer(&got, "/v3/kv/txn", b, len, &any, err, sizeof(err)),
+                     got, err, &any, "32 MiB of empty txn answers") == -1,
+              "32 MiB of empty txn answers are refused");
+        free(b);
+    }
     len = ((size_t)4 << 20) / 3 * 3;
     if ((text = malloc(len + 2)) != NULL) {
         for (i = 0; i < len; i += 3)
             memcpy(text + i, i == 0 ? "[{}" : ",{}", 3);
         text[len++] = ']';
-        got = lease__etcd_json_load(text, len, LEASE__ETCD_HOLD_ANY, err, sizeof(err));
-        CHECK(got == NULL && strstr(err, "to hold"),
-              "4 MiB of empty objects as JSON are refused before parsing: %s", err);
-        json_decref(got);
+        CHECK(json_within(text, len, &any, 0, "4 MiB of {}") == -1 && json_count_peak() == 0,
+              "4 MiB of empty objects as JSON are refused before parsing");
         free(text);
     }
     /* One key-value with a 3 MiB value: a data read. */
-    n = (size_t)3 << 20;
-    if ((b = malloc(n + 32)) != NULL) {
+    count = (size_t)3 << 20;
+    if ((b = malloc(count + 32)) != NULL) {
         unsigned char head[16];
         size_t m = 5, h = 0;
 
@@ -368,19 +456,20 @@ static void codec_budget(void)
         head[h++] = 1;
         head[h++] = 'a';
         head[h++] = 0x2a; /* value, then its length */
-        h += varint(head + h, n);
+        h += varint(head + h, count);
         b[m++] = 0x12; /* kvs: an entry of the head and the value */
-        m += varint(b + m, h + n);
+        m += varint(b + m, h + count);
         memcpy(b + m, head, h);
         m += h;
-        memset(b + m, 'v', n);
-        m += n;
+        memset(b + m, 'v', count);
+        m += count;
         b[0] = 0;
         b[1] = (unsigned char)((m - 5) >> 24);
         b[2] = (unsigned char)((m - 5) >> 16);
         b[3] = (unsigned char)((m - 5) >> 8);
         b[4] = (unsigned char)(m - 5);
-        CHECK(range_hold(b, m, LEASE__ETCD_HOLD_VALUE, 1, NULL, "a 3 MiB value") == 0,
+        value = lease__etcd_budget_of(LEASE__ETCD_HOLD_VALUE, m, 0);
+        CHECK(range_within(b, m, &value, 1, NULL, "a 3 MiB value") == 0,
               "one 3 MiB value decodes as a data read");
         free(b);
     }
@@ -590,8 +679,12 @@ int main(int argc, char **argv)
         return cloexec(argv[2]);
     if (argc == 2 && strcmp(argv[1], "parsers") == 0)
         return parsers();
-    if (argc == 2 && strcmp(argv[1], "codec") == 0)
+    if (argc == 2 && strcmp(argv[1], "codec") == 0) {
+        /* Before jansson allocates anything; what it writes out (json_dumps)
+         * is freed by json_count_free then. */
+        json_count_start();
         return codec();
+    }
     fprintf(stderr, "usage: etcd_checks cloexec URL | parsers | codec\n");
     return 2;
 }

@@ -3,9 +3,11 @@
 # input. A fake member (fake_etcd.py: python3 on 127.0.0.1, a stand-in for
 # a broken or hostile server only, speaking the JSON gateway: the store's
 # ?transport=json) never answers, trickles, sends 128 MiB, answers slowly,
-# or answers malformed JSON (etcd_hostile_grpc.sh does the same over gRPC). Every case ends with exit 6
-# (ESTORE) or 7 (ETIMEOUT) and a message naming what was wrong, never a
-# crash or success; a `--timeout 1s` call returns within a generous 10 s.
+# answers a list with 32 MiB that would take about 280 MB to hold, or
+# answers malformed JSON (etcd_hostile_grpc.sh does the same over gRPC).
+# Every case ends with exit 6 (ESTORE) or 7 (ETIMEOUT) and a message naming
+# what was wrong, never a crash or success; a `--timeout 1s` call returns
+# within a generous 10 s, the costly list within its timeouts and 150 MB.
 # Bad URL parameters are exit 2 before any connection.
 . "$(dirname "$0")/../cli/lib.sh" "$@"
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -63,6 +65,11 @@ expect_rc 0 "the same fake answering in 0.1 s: the acquire succeeds"
 section "a huge answer: aborted, memory bounded"
 start_fake huge huge
 huge_answer_bounded "etcd://127.0.0.1:$FPORT_huge?transport=json" "128 MiB"
+
+section "a list answer that costs far more to hold than to send"
+start_fake bigtxn bigtxn $(((32 << 20) - 4096))
+costly_answer "etcd://127.0.0.1:$FPORT_bigtxn?transport=json" \
+    "32 MiB of key-values to ls (about 280 MB as JSON values)" ls
 
 # ---- malformed answers --------------------------------------------------
 OWNER=7d4e2f4c-9a51-4c5e-8e39-3c2f1b0a9d11

@@ -3,11 +3,15 @@
 # transport) is input. A fake member (fake_etcd_grpc.py: python3-grpcio on
 # 127.0.0.1, a stand-in for a broken or hostile server only) never answers,
 # sends 64 MiB, sends protobuf that is cut short or of the wrong wire type,
-# or refuses with a message that repeats the password; an HTTP/1 server
-# (fake_etcd.py) answers a gRPC call. Every case ends with exit 6 (ESTORE)
-# or 7 (ETIMEOUT) and a message naming what was wrong, never a crash, a
-# success or a password; a `--timeout 1s` call returns within a generous
-# 10 s. (etcd_hostile.sh does the same over the JSON gateway.)
+# answers with what would cost far more to hold than it takes to send (32
+# MiB of empty txn answers to a list, 4 MiB of bare key-values to the
+# open's range read), or refuses with a message that repeats the password;
+# an HTTP/1 server (fake_etcd.py) answers a gRPC call. Every case ends with
+# exit 6 (ESTORE) or 7 (ETIMEOUT) and a message naming what was wrong,
+# never a crash, a success or a password; a `--timeout 1s` call returns
+# within a generous 10 s, and one against a costly answer within its
+# timeouts and under 150 MB of memory. (etcd_hostile.sh does the same over
+# the JSON gateway.)
 . "$(dirname "$0")/../cli/lib.sh" "$@"
 HERE=$(cd "$(dirname "$0")" && pwd)
 command -v python3 >/dev/null || die "python3 is required"
@@ -36,6 +40,12 @@ within_bound "never answered"
 section "a huge answer: aborted, memory bounded"
 start_fake huge fake_etcd_grpc.py huge
 huge_answer_bounded "etcd://127.0.0.1:$FPORT_huge" "64 MiB"
+
+section "answers that cost far more to hold than to send"
+start_fake txnempty fake_etcd_grpc.py txnempty $(((32 << 20) - 16))
+costly_answer "etcd://127.0.0.1:$FPORT_txnempty" "32 MiB of empty txn answers to ls" ls
+start_fake rangebig fake_etcd_grpc.py rangebig $(((4 << 20) - 16))
+costly_answer "etcd://127.0.0.1:$FPORT_rangebig" "4 MiB of key-values to the open" show k
 
 # bad_bytes HEX WHAT: the member answers every call with the message HEX;
 # the open's range read refuses it as malformed.

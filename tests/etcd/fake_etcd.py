@@ -13,6 +13,10 @@ MODES
   silent        reads each request and never answers
   trickle       answers one byte every 0.2 s, forever
   huge          answers 200 with a body of 128 MiB (JSON that never ends)
+  bigtxn SIZE   answers every txn with SIZE bytes of JSON: a range's
+                key-values that hold a key of 40 base64 digits only (each
+                about 9 times its size to hold as JSON values), and every
+                other path with its default answer
   record        counts connections in PORTFILE.conns, then closes them
                 (a "proxy" that must see nothing)
   script FILE   answers from FILE, a JSON object {path: answer}; an answer
@@ -101,6 +105,9 @@ def serve(conn, mode, arg, logf):
             for _ in range((128 << 20) // len(chunk)):
                 conn.sendall(chunk)
             return
+        if mode == "bigtxn" and path == "/v3/kv/txn":
+            send(conn, "200 OK", BIGTXN[0])
+            continue
         time.sleep(float(script.get("@delay", 0)))
         answer = script.get(path, DEFAULTS.get(path, {}))
         if isinstance(answer, dict) and "@seq" in answer:
@@ -115,6 +122,17 @@ def serve(conn, mode, arg, logf):
             send(conn, "200 OK", answer["@raw"].encode("latin-1"))
         else:
             send(conn, "200 OK", json.dumps(answer).encode())
+
+
+BIGTXN = []
+
+
+def big_txn(size):
+    """A txn answer of about `size` bytes (bigtxn)."""
+    head = b'{"header":{"revision":"6"},"succeeded":true,"responses":[{"response_range":{"kvs":['
+    entry = b'{"key":"' + b"L2xlYXNlL3NlZW4v" * 2 + b'YWJjZGVmZ2g="},'
+    body = head + entry * ((size - len(head) - 8) // len(entry))
+    return body[:-1] + b"]}}]}"
 
 
 def handle(conn, mode, arg, logf):
@@ -135,6 +153,8 @@ def main():
     srv.listen(64)
     srv.settimeout(1.0)
     conns = 0
+    if mode == "bigtxn":
+        BIGTXN.append(big_txn(int(arg)))
     if mode == "record":
         with open(portfile + ".conns", "w") as cf:
             cf.write("0\n")

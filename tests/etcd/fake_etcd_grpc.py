@@ -22,6 +22,12 @@ MODES
                   refuses Authenticate with UNAUTHENTICATED and MSG
   tokenecho TOKEN answers Authenticate with the auth token TOKEN, then
                   refuses every other call with a message that repeats it
+  txnempty BYTES  answers a range read (the store's open) as etcd would, and
+                  every Txn with a message of BYTES bytes of empty answers
+                  (each "1a021200": an op whose put answer is empty), 4
+                  bytes each that a decoder may make two objects of
+  rangebig BYTES  answers every range read with a message of BYTES bytes of
+                  key-values that hold a version only (each "12022001")
 """
 import os
 import sys
@@ -51,6 +57,12 @@ def answer_for(mode, args):
 
         def fn(req, ctx):
             return msg
+    elif mode in ("txnempty", "rangebig"):
+        unit = bytes.fromhex("1a021200" if mode == "txnempty" else "12022001")
+        blob = unit * (int(args[0]) // len(unit))
+
+        def fn(req, ctx):
+            return blob
     elif mode == "abort":
         code = {c.value[0]: c for c in grpc.StatusCode}[int(args[0])]
 
@@ -75,7 +87,8 @@ class Handler(grpc.GenericRpcHandler):
 
     def service(self, details):
         fn = self.fn
-        if self.mode == "authfail" and details.method != "/etcdserverpb.Auth/Authenticate":
+        if (self.mode == "authfail" and details.method != "/etcdserverpb.Auth/Authenticate") or \
+                (self.mode == "txnempty" and details.method != "/etcdserverpb.KV/Txn"):
             def fn(req, ctx):
                 return RANGE_OK
         if self.mode == "tokenecho" and details.method == "/etcdserverpb.Auth/Authenticate":

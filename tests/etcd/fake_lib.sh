@@ -1,5 +1,6 @@
 # fake_lib.sh - what the tests against fake etcd members share (sourced
-# after tests/cli/lib.sh): starting one, and the bound on a call's time.
+# after tests/cli/lib.sh): starting one, the bound on a call's time, and
+# the checks of huge and costly answers.
 
 # start_fake_member NAME INTERPRETER SCRIPT MODE [ARG...]: the fake member
 # SCRIPT (of this directory) run by INTERPRETER; its port in $FPORT_<NAME>.
@@ -29,5 +30,25 @@ huge_answer_bounded() {
     rss=$(tail -n 1 "$T/rss")
     if [[ $rss =~ ^[0-9]+$ ]] && [ "$rss" -lt 65536 ]; then pass; else
         fail "max RSS of lease reading a $2 answer: '$rss' kB (bound: 64 MiB)"
+    fi
+}
+
+# costly_answer URL WHAT CMD...: `lease --timeout 1s CMD...` against a member
+# whose answer costs far more to decode than its size: exit 6 or 7, saying
+# it is too costly or was not decoded in time, with lease's peak memory
+# under 150 MB and the call back within the timeouts of its two operations
+# (the open's and the command's) and 2 s more for a loaded machine.
+costly_answer() {
+    local url=$1 what=$2 rss
+    shift 2
+    timed /usr/bin/time -f "%M" -o "$T/rss" "$LEASE" --store "$url" --timeout 1s "$@"
+    expect_rc_in "6 7" "$what: ESTORE or ETIMEOUT"
+    assert_match "$ERR" "to hold|timed out" "$what: the message says the answer costs too much or came too late"
+    rss=$(tail -n 1 "$T/rss")
+    if [[ $rss =~ ^[0-9]+$ ]] && [ "$rss" -lt 153600 ]; then pass; else
+        fail "$what: max RSS of lease '$rss' kB (bound: 150 MB)"
+    fi
+    if [ "$MS" -lt 4000 ]; then pass; else
+        fail "$what: took $MS ms (bound: two timeouts of 1 s, and 2 s)$(_ctx)"
     fi
 }

@@ -227,8 +227,10 @@ typedef struct shared_rec {
  * a broken or hostile member cannot grow the holder's memory without bound
  * (a 64 MB body once took the RSS to 182 MB). etcd caps a request at
  * 1.5 MiB by default (--max-request-bytes), so an answer about one key is
- * far below ANSWER_MAX; a list over a whole prefix is bigger (about 1 KiB
- * a key), and a guarded value may be up to 64 MiB, 4/3 of that as base64.
+ * far below ANSWER_MAX; a page of a list (PAGE_KVS keys) and a session's
+ * keys are bigger, and a guarded value may be up to 64 MiB, 4/3 of that
+ * as base64. What an answer may take to hold once decoded is bounded
+ * apart (etcd_pb.h, lease__etcd_budget).
  */
 #define ANSWER_MAX ((size_t)4 << 20)
 #define LIST_ANSWER_MAX ((size_t)32 << 20)
@@ -2892,16 +2894,17 @@ static int etcd_read_markers(lease_state *states, etcd_store *s, json_t *ops,
 
 /*
  * The states of the listed keys that are not held, as etcd_unheld_state
- * gives inspect's: states[i] for the i-th seen/ kv (kvs[0]), found from
+ * gives inspect's: states[i] for the i-th seen/ kv (kvs[0]) of the first
+ * `count`, found from
  * the end markers of all such keys, read in txns of at most MARKERS_MAX
  * ranges. A key whose seen/ token is malformed is left out: the walk that
  * delivers the keys reports it when it gets there. *out is freed by the
  * caller.
  */
 static int etcd_list_states(lease_state **out, etcd_store *s, json_t *kvs[3],
-                            char **names[3])
+                            char **names[3], size_t count)
 {
-    size_t count = json_array_size(kvs[0]), i, li = 0, n = 0, at[MARKERS_MAX];
+    size_t i, li = 0, n = 0, at[MARKERS_MAX];
     lease_state *states = calloc(count ? count : 1, sizeof(*states));
     json_t *ops = json_array();
     int rc = 0;
@@ -2938,64 +2941,242 @@ static int etcd_list_states(lease_state **out, etcd_store *s, json_t *kvs[3],
 }
 
 /*
- * One txn reads the seen/, lease/ and meta/ keys under the prefix, at one
- * revision, each range in key order; a merge joins them. The keys that are
- * not held then need their end markers (released or expired?), read
- * together in as few txns as etcd allows (etcd_list_states). A held key
- * costs one more call as it is delivered: its time left on the etcd lease.
+ * Key-values a range of a page reads (a list's, renew_many's): a list's
+ * page of three ranges takes about 3.4 MiB to hold with keys of a few
+ * dozen bytes, 8 MiB with the longest keys and labels, within the budget
+ * of an answer (etcd_pb.h) however many keys there are.
  */
-static int etcd_list(lease_store *base, const char *prefix, lease_list_cb cb,
-                     void *payload)
+#define PAGE_KVS 1000
+/* The most pages a walk reads (10^8 keys): a member that always says
+ * "more" cannot keep it going. */
+#define PAGES_MAX 100000
+
+/*
+ * A range of at most PAGE_KVS of the keys "<prefix><kind><name>" whose name
+ * starts with `prefix`, in key order, from name `from` (its n bytes) on,
+ * or from the name just after it (`after`), at revision rev (0: the
+ * current one): the pages of one walk read one revision.
+ */
+static json_t *etcd_page_range(etcd_store *s, const char *kind, const char *prefix,
+                               const char *from, size_t n, int after, int64_t rev)
 {
-    etcd_store *s = (etcd_store *)base;
+    char buf[512 + LEASE_KEY_MAX + 1];
+    size_t k = (size_t)snprintf(buf, sizeof(buf), "%s%s", s->prefix, kind);
+    json_t *r;
+
+    if (k + n + 1 > sizeof(buf))
+        return NULL;
+    memcpy(buf + k, from, n);
+    k += n;
+    if (after)
+        buf[k++] = '\0'; /* the first name after `from` */
+    r = json_pack("{s:o, s:o, s:I}", "key", etcd_jb64(buf, k), "range_end",
+                  etcd_jrange_end(s, kind, prefix), "limit", (json_int_t)PAGE_KVS);
+    if (r && rev > 0)
+        json_object_set_new(r, "revision", json_integer(rev));
+    return r;
+}
+
+/* Names a (an bytes) and b (bn) in etcd's order, byte by byte: < 0, 0 or
+ * > 0. */
+static int etcd_name_cmp(const char *a, size_t an, const char *b, size_t bn)
+{
+    int c = memcmp(a, b, an < bn ? an : bn);
+
+    return c != 0 ? c : an < bn ? -1 : an > bn;
+}
+
+/* Where a page ends: a range of PAGE_KVS (etcd_page_range) asked from
+ * `from` (fn bytes; past it with `after`) that has more past its last kv
+ * (etcd's "more") ends at that kv's name, malloc'ed into *name (*n bytes),
+ * which must be past where it started (so that a walk ends); NULL when
+ * the range is whole. */
+typedef struct {
+    const char *kind, *from;
+    size_t fn;
+    int after;
+} page_at;
+
+static int etcd_range_cut(char **name, size_t *n, etcd_store *s, json_t *range,
+                          const page_at *at, const char *what)
+{
+    json_t *kvs = json_object_get(range, "kvs");
+    size_t skip = s->prefix_len + strlen(at->kind), len = 0;
+    char *k;
+    int c;
+
+    *name = NULL;
+    *n = 0;
+    if (!json_is_true(json_object_get(range, "more")) || json_array_size(kvs) == 0)
+        return 0;
+    if ((k = etcd_kv_bytes(json_array_get(kvs, json_array_size(kvs) - 1), "key", &len)) ==
+        NULL)
+        return lease__seterr(LEASE_ENOMEM, "out of memory");
+    if (len < skip || memcmp(k, s->prefix, s->prefix_len) != 0 ||
+        memcmp(k + s->prefix_len, at->kind, skip - s->prefix_len) != 0 ||
+        (c = etcd_name_cmp(k + skip, len - skip, at->from, at->fn)) < 0 ||
+        (c == 0 && at->after)) {
+        free(k);
+        return lease__seterr(LEASE_ESTORE, "etcd %s: malformed answer: a key past the "
+                             "range asked for", what);
+    }
+    memmove(k, k + skip, len - skip);
+    *name = k;
+    *n = len - skip;
+    return 0;
+}
+
+/* A list's page: the first seen/ kvs, up to the first name a range of the
+ * page was cut before (past it, the other ranges may lack its key-values),
+ * and that name (*cut, malloc'ed, *cut_len bytes: the next page starts
+ * after it); *cut NULL: the page ends the list. */
+typedef struct {
     json_t *res, *kvs[3];
     char **names[3];
-    size_t skip[3] = { s->prefix_len + 5, s->prefix_len + 6, s->prefix_len + 5 };
-    size_t i, li = 0, mi = 0;
-    lease_state *states = NULL;
+    size_t count;
+    char *cut;
+    size_t cut_len;
+} list_page;
+
+static void etcd_list_page_free(list_page *pg)
+{
+    size_t i;
+
+    for (i = 0; i < 3; i++)
+        etcd_free_names(pg->names[i], json_array_size(pg->kvs[i]));
+    free(pg->cut);
+    json_decref(pg->res);
+}
+
+/* Read a page of the seen/, lease/ and meta/ keys of names starting with
+ * `prefix`, from `from` (n bytes; past it with `after`), in one txn at
+ * revision *rev (0: the current one, which *rev becomes). */
+static int etcd_list_page(list_page *pg, etcd_store *s, const char *prefix, const char *from,
+                          size_t n, int after, int64_t *rev)
+{
+    static const char *const kinds[3] = { "seen/", "lease/", "meta/" };
+    size_t i, len;
+    char *cut;
     int rc;
 
+    memset(pg, 0, sizeof(*pg));
     etcd_begin(s);
-    rc = etcd_call_max(&res, s, "/v3/kv/txn",
-                  json_pack("{s:[{s:o}, {s:o}, {s:o}]}", "success",
-                            "request_range", etcd_range_body(s, "seen/", prefix),
-                            "request_range", etcd_range_body(s, "lease/", prefix),
-                            "request_range", etcd_range_body(s, "meta/", prefix)),
-                  LIST_ANSWER_MAX, "list");
+    rc = etcd_call_max(&pg->res, s, "/v3/kv/txn",
+                       json_pack("{s:[{s:o}, {s:o}, {s:o}]}", "success",
+                                 "request_range",
+                                 etcd_page_range(s, kinds[0], prefix, from, n, after, *rev),
+                                 "request_range",
+                                 etcd_page_range(s, kinds[1], prefix, from, n, after, *rev),
+                                 "request_range",
+                                 etcd_page_range(s, kinds[2], prefix, from, n, after, *rev)),
+                       LIST_ANSWER_MAX, "list");
     if (rc < 0)
         return rc;
+    if (*rev == 0)
+        *rev = etcd_jint(json_object_get(pg->res, "header"), "revision");
     for (i = 0; i < 3; i++) {
-        kvs[i] = etcd_txn_kvs(res, i);
-        names[i] = etcd_kv_names(kvs[i], skip[i]);
+        json_t *r = json_array_get(json_object_get(pg->res, "responses"), i);
+
+        pg->kvs[i] = etcd_txn_kvs(pg->res, i);
+        pg->names[i] = etcd_kv_names(pg->kvs[i], s->prefix_len + strlen(kinds[i]));
+        if (pg->names[i] == NULL)
+            rc = lease__seterr(LEASE_ENOMEM, "out of memory listing keys");
+        if (rc == 0) {
+            page_at at = { kinds[i], from, n, after };
+
+            rc = etcd_range_cut(&cut, &len, s, json_object_get(r, "response_range"), &at,
+                                "list");
+        }
+        if (rc == 0 && cut &&
+            (pg->cut == NULL || etcd_name_cmp(cut, len, pg->cut, pg->cut_len) < 0)) {
+            free(pg->cut);
+            pg->cut = cut;
+            pg->cut_len = len;
+        } else if (rc == 0) {
+            free(cut);
+        }
     }
-    if (names[0] == NULL || names[1] == NULL || names[2] == NULL)
-        rc = lease__seterr(LEASE_ENOMEM, "out of memory listing keys");
-    else
-        rc = etcd_list_states(&states, s, kvs, names);
-    for (i = 0; rc == 0 && i < json_array_size(kvs[0]); i++) {
-        json_t *seen = json_array_get(kvs[0], i);
+    for (pg->count = 0; rc == 0 && pg->count < json_array_size(pg->kvs[0]); pg->count++) {
+        const char *name = pg->names[0][pg->count];
+
+        if (pg->cut && name &&
+            etcd_name_cmp(name, strlen(name), pg->cut, pg->cut_len) > 0)
+            break;
+    }
+    return rc;
+}
+
+/*
+ * Deliver a page's keys: the states of those not held from their end
+ * markers (etcd_list_states), then each key in order; a held key costs
+ * one more call as it is delivered, its time left, bounded by the
+ * timeout of its own (the walk is not).
+ */
+static int etcd_list_deliver(etcd_store *s, list_page *pg, lease_list_cb cb, void *payload)
+{
+    size_t i, li = 0, mi = 0;
+    lease_state *states = NULL;
+    int rc = etcd_list_states(&states, s, pg->kvs, pg->names, pg->count);
+
+    for (i = 0; rc == 0 && i < pg->count; i++) {
+        json_t *seen = json_array_get(pg->kvs[0], i);
+        const char *name = pg->names[0][i];
         lease_info info;
         uint64_t last = 0;
 
-        if (names[0][i] == NULL)
+        if (name == NULL)
             continue;
-        /* A list is delivered key by key: each held key's own request
-         * (its time left) is bounded by the timeout, not the whole walk. */
         etcd_begin(s);
         rc = etcd_token_field(&last, seen, "mod_revision", "list");
         if (rc == 0)
-            rc = etcd_fill_info(&info, s, names[0][i],
-                           etcd_kv_named(kvs[1], names[1], &li, names[0][i]),
-                           etcd_kv_named(kvs[2], names[2], &mi, names[0][i]), last);
+            rc = etcd_fill_info(&info, s, name,
+                                etcd_kv_named(pg->kvs[1], pg->names[1], &li, name),
+                                etcd_kv_named(pg->kvs[2], pg->names[2], &mi, name), last);
         if (rc == 0 && !info.held && info.token != 0)
             info.state = states[i];
         if (rc == 0)
             rc = cb(&info, payload);
     }
     free(states);
-    for (i = 0; i < 3; i++)
-        etcd_free_names(names[i], json_array_size(kvs[i]));
-    json_decref(res);
+    return rc;
+}
+
+/*
+ * A list reads the seen/, lease/ and meta/ keys under the prefix a page
+ * at a time (PAGE_KVS key-values of each), each page one txn at the
+ * revision of the first, so the whole list is one revision's however long
+ * it is (a revision etcd compacted meanwhile ends it: ESTORE); a merge
+ * joins the three ranges. A page ends before the first name one of its
+ * ranges was cut at, and the next starts after the last it delivered.
+ */
+static int etcd_list(lease_store *base, const char *prefix, lease_list_cb cb,
+                     void *payload)
+{
+    etcd_store *s = (etcd_store *)base;
+    list_page pg;
+    char *from = NULL;
+    size_t n = strlen(prefix), pages;
+    int64_t rev = 0;
+    int rc;
+
+    /* Each page starts past the names of the one before. */
+    for (pages = 1;; pages++) {
+        if (pages > PAGES_MAX) {
+            rc = etcd_malformed("list", "more than %d pages of keys", PAGES_MAX);
+            break;
+        }
+        if ((rc = etcd_list_page(&pg, s, prefix, from ? from : prefix, n, from != NULL,
+                                 &rev)) == 0)
+            rc = etcd_list_deliver(s, &pg, cb, payload);
+        free(from);
+        from = pg.cut;
+        n = pg.cut_len;
+        pg.cut = NULL;
+        etcd_list_page_free(&pg);
+        if (rc != 0 || from == NULL)
+            break;
+    }
+    free(from);
     return rc;
 }
 
@@ -3370,6 +3551,27 @@ static int etcd_rec_is(const etcd_store *s, const shared_rec *r, json_t *kv)
     return same;
 }
 
+/* A P lease/ kv written since the last round: when its record was found
+ * attached and it is not the key the record says, the grant is lost (its
+ * record no longer seen), and the key, on the lease, an orphan. */
+static int etcd_shared_change(etcd_store *s, json_t *kv, orphan_list *orphans)
+{
+    size_t n = 0;
+    char *k = etcd_kv_bytes(kv, "key", &n);
+    const char *name = k ? etcd_key_of(s, k, n, "lease/") : NULL;
+    shared_rec *r = name ? etcd_rec_find(s, name) : NULL;
+
+    if (k == NULL)
+        return lease__seterr(LEASE_ENOMEM, "out of memory");
+    if (r && r->seen == s->rec_round && !etcd_rec_is(s, r, kv)) {
+        r->seen = 0;
+        if (etcd_jint(kv, "lease") == s->shared_id)
+            etcd_orphan_add(orphans, name);
+    }
+    free(k);
+    return 0;
+}
+
 /*
  * After the LeaseTimeToLive that found the records' keys attached: the
  * P lease/ keys written since the last round (mod_revision past
@@ -3380,40 +3582,49 @@ static int etcd_rec_is(const etcd_store *s, const shared_rec *r, json_t *kv)
  * key, on the lease, is an orphan. Every write to a key on the lease comes
  * after the lease's grant, whose revision the first round starts from, so
  * none escapes a round. The keys listed are those that other clients
- * wrote under the prefix in one round too, usually few; as many as a
- * list's at most.
+ * wrote under the prefix in one round too, usually few, and read a page
+ * at a time.
  */
 static int etcd_shared_changes(etcd_store *s, orphan_list *orphans)
 {
-    json_t *req = etcd_range_body(s, "lease/", ""), *res, *kvs;
-    int64_t rev;
-    size_t i, n = 0;
-    int rc = 0;
+    json_t *req, *res = NULL, *kvs;
+    char *from = NULL, *next = NULL;
+    size_t i, n = 0, pages = 0;
+    int64_t rev = 0;
+    int rc;
 
-    if (req)
-        json_object_set_new(req, "min_mod_revision", json_integer(s->shared_checked + 1));
-    if ((rc = etcd_call_max(&res, s, "/v3/kv/range", req, LIST_ANSWER_MAX, "time to live")) < 0)
-        return rc;
-    kvs = json_object_get(res, "kvs");
-    for (i = 0; rc == 0 && i < json_array_size(kvs); i++) {
-        json_t *kv = json_array_get(kvs, i);
-        char *k = etcd_kv_bytes(kv, "key", &n);
-        const char *name = k ? etcd_key_of(s, k, n, "lease/") : NULL;
-        shared_rec *r = name ? etcd_rec_find(s, name) : NULL;
+    /* A page at a time (PAGE_KVS), at the revision of the first; each page
+     * starts past the keys of the one before. */
+    do {
+        page_at at = { "lease/", from ? from : "", from ? n : 0, from != NULL };
 
-        if (k == NULL)
-            rc = lease__seterr(LEASE_ENOMEM, "out of memory");
-        else if (r && r->seen == s->rec_round && !etcd_rec_is(s, r, kv)) {
-            r->seen = 0;
-            if (etcd_jint(kv, "lease") == s->shared_id)
-                etcd_orphan_add(orphans, name);
+        if (++pages > PAGES_MAX) {
+            free(from);
+            return etcd_malformed("time to live", "more than %d pages of keys", PAGES_MAX);
         }
-        free(k);
-    }
-    rev = etcd_jint(json_object_get(res, "header"), "revision");
+        req = etcd_page_range(s, at.kind, "", at.from, at.fn, at.after, rev);
+        if (req)
+            json_object_set_new(req, "min_mod_revision", json_integer(s->shared_checked + 1));
+        if ((rc = etcd_call_max(&res, s, "/v3/kv/range", req, LIST_ANSWER_MAX,
+                                "time to live")) < 0) {
+            free(from);
+            return rc;
+        }
+        if (rev == 0)
+            rev = etcd_jint(json_object_get(res, "header"), "revision");
+        kvs = json_object_get(res, "kvs");
+        for (i = 0; rc == 0 && i < json_array_size(kvs); i++)
+            rc = etcd_shared_change(s, json_array_get(kvs, i), orphans);
+        if (rc == 0)
+            rc = etcd_range_cut(&next, &n, s, res, &at, "time to live");
+        json_decref(res);
+        free(from);
+        from = next;
+        next = NULL;
+    } while (rc == 0 && from != NULL);
+    free(from);
     if (rc == 0 && rev > s->shared_checked)
         s->shared_checked = rev;
-    json_decref(res);
     return rc;
 }
 

@@ -23,7 +23,9 @@
  *  - keys put on the shared lease behind the handle's back (orphans) are
  *    deleted by the next renew_many; the grants' keys stay;
  *  - a grant's key deleted and put again on the shared lease by someone
- *    else (a new create revision) is that grant lost, and an orphan.
+ *    else (a new create revision) is that grant lost, and an orphan;
+ *  - a list of 64,000 keys, more than one answer may take to hold, is
+ *    read a page at a time, each key once, in order.
  *
  * Plain grants (no share_lease) reuse the handle's etcd leases (issue 16):
  *  - a warm handle's acquire + release is two txns and a keep-alive, no
@@ -761,12 +763,32 @@ static void test_orphan_deleted(void **state)
     lease_store_close(h);
 }
 
+/* n keys "<prefix>lease/<tag>NNNN" put by someone else, on no lease. */
+static void put_others(const char *tag, size_t n)
+{
+    char key[64];
+    size_t i, j;
+    json_t *ops;
+
+    for (i = 0; i < n; i += 100) {
+        ops = json_array();
+        for (j = i; j < i + 100 && j < n; j++) {
+            snprintf(key, sizeof(key), "%s%04zu", tag, j);
+            json_array_append_new(ops, json_pack("{s:{s:o, s:s}}", "request_put", "key",
+                                                 jkey("lease/", key), "value", ""));
+        }
+        json_decref(etcd("/v3/kv/txn", json_pack("{s:o}", "success", ops)));
+    }
+}
+
 /*
  * A grant's key deleted and put again on the shared lease by another
  * client (the same owner text, the lease's id): still attached, but a new
  * key, with a new create revision. renew_many reports that grant lost and
  * the other one renewed, the round after too; renew says lost; the key put
- * behind the handle's back is an orphan, which the rounds delete.
+ * behind the handle's back is an orphan, which the rounds delete. 1,100
+ * keys that sort before it, written meanwhile, put it on the second page
+ * of the keys the round reads.
  */
 static void test_reput_lost(void **state)
 {
@@ -789,6 +811,7 @@ static void test_reput_lost(void **state)
     free(v);
     assert_true(lease_of("reput/000", &rev) == id);
     ASSERT_U64_OP(rev, >, g[0].token);
+    put_others("reput/+", 1100);
     for (round = 0; round < 2; round++) {
         results[0] = results[1] = 12345;
         CHECK_RC(0, h->backend->renew_many(results, granted, h, g, 2, TTL_MS));
@@ -802,6 +825,73 @@ static void test_reput_lost(void **state)
     assert_true(lease_of("reput/001", NULL) == id);
     CHECK_RC(0, lease_release(h, &g[1]));
     lease_store_close(h);
+    json_decref(etcd("/v3/kv/deleterange", json_pack("{s:o, s:o}", "key", jkey("lease/", "reput/+"),
+                                                     "range_end", jkey("lease/", "reput/,"))));
+}
+
+/* ---- lists longer than a page ------------------------------------------- */
+
+#define LIST_KEYS 64000
+
+/* Key i of the long list: 192 bytes, in the order of i. */
+static void list_key(char *out, size_t size, size_t i)
+{
+    snprintf(out, size, "pages/%0180d%06zu", 0, i);
+}
+
+/* What a list delivered, key by key (the backend's list callback). */
+static int on_listed(const lease_info *info, void *payload)
+{
+    size_t *n = payload;
+    char key[256];
+
+    if (*n == 0) {
+        /* After the first page was read: a key that sorts last, which the
+         * list, reading the first page's revision, must not see. */
+        list_key(key, sizeof(key), LIST_KEYS);
+        json_decref(etcd("/v3/kv/put", json_pack("{s:o, s:s}", "key", jkey("seen/", key),
+                                                 "value", "")));
+    }
+    list_key(key, sizeof(key), *n);
+    if (strcmp(info->key, key) != 0)
+        fail_msg("key %zu of the list is '%.20s...', not '%.20s...'", *n, info->key, key);
+    assert_int_equal(info->state, LEASE_STATE_EXPIRED);
+    (*n)++;
+    return 0;
+}
+
+/*
+ * A list longer than a page (1000 keys) and than one answer may take to
+ * hold (64 MiB: about 55,000 of these keys' seen/ key-values), read a page
+ * at a time at one revision: 64,000 keys acquired once (their seen/ keys,
+ * put directly, 128 a txn; no end marker: expired), each listed once, in
+ * order; a key put once the first page was read is not in it, and is in
+ * the next list.
+ */
+static void test_list_pages(void **state)
+{
+    lease_info *list = NULL;
+    size_t n = 0, i, j;
+    char key[256];
+    json_t *ops;
+
+    (void)state;
+    for (i = 0; i < LIST_KEYS; i += 128) {
+        ops = json_array();
+        for (j = i; j < i + 128 && j < LIST_KEYS; j++) {
+            list_key(key, sizeof(key), j);
+            json_array_append_new(ops, json_pack("{s:{s:o, s:s}}", "request_put", "key",
+                                                 jkey("seen/", key), "value", ""));
+        }
+        json_decref(etcd("/v3/kv/txn", json_pack("{s:o}", "success", ops)));
+    }
+    CHECK_RC(0, store->backend->list(store, "pages/", on_listed, &n));
+    assert_int_equal(n, LIST_KEYS);
+    CHECK_RC(0, lease_list(&list, &n, store, "pages/"));
+    assert_int_equal(n, LIST_KEYS + 1);
+    lease_list_free(list);
+    json_decref(etcd("/v3/kv/deleterange", json_pack("{s:o, s:o}", "key", jkey("seen/", "pages/"),
+                                                     "range_end", jkey("seen/", "pages0"))));
 }
 
 /* ---- plain grants: the handle's pool of etcd leases ----------------------- */
@@ -1070,6 +1160,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_release_unknown),
         cmocka_unit_test(test_orphan_deleted),
         cmocka_unit_test(test_reput_lost),
+        cmocka_unit_test(test_list_pages),
         cmocka_unit_test(test_plain_reuse),
         cmocka_unit_test(test_plain_apart),
         cmocka_unit_test(test_plain_idle_gone),

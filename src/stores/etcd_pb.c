@@ -473,9 +473,12 @@ int lease__etcd_pb_request(unsigned char **out, size_t *len, const char *path,
 
 /* ---- what decoding may cost ------------------------------------------ */
 
-/* What a list, a session's keys or anything else but a data read may take
- * to hold, however large the answer: etcd's answers of a few keys take a
- * few KiB, a list of 20,000 keys (three key-values each) about 60 MiB. */
+/* What a page of a list, a session's keys or anything else but a data
+ * read may take to hold, however large the answer: etcd's answers of a few
+ * keys take a few KiB, a page of a list (1000 keys, three key-values each)
+ * about 3.4 MiB, a session's LeaseTimeToLive about 120 bytes a key. The
+ * tests check the costs below against jansson's own allocations
+ * (etcd_checks codec, fuzz_etcd_pb). */
 #define HOLD_ANY_BYTES ((size_t)64 << 20)
 #define HOLD_ANY_VALUES ((size_t)1 << 20)
 /* A data read's answer: two key-values, and one value of up to

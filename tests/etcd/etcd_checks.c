@@ -196,15 +196,22 @@ static void encode_refused(const char *path, const char *req)
 }
 
 /* The gRPC body of one message of `hex`. */
+/* The gRPC frame of a message of n bytes, in b[0..4]: not compressed,
+ * then the length. */
+static void frame(unsigned char *b, size_t n)
+{
+    b[0] = 0;
+    b[1] = (unsigned char)(n >> 24);
+    b[2] = (unsigned char)(n >> 16);
+    b[3] = (unsigned char)(n >> 8);
+    b[4] = (unsigned char)n;
+}
+
 static size_t framed(unsigned char *out, size_t size, const char *hex)
 {
     size_t n = unhex(out + 5, size - 5, hex);
 
-    out[0] = 0;
-    out[1] = (unsigned char)(n >> 24);
-    out[2] = (unsigned char)(n >> 16);
-    out[3] = (unsigned char)(n >> 8);
-    out[4] = (unsigned char)n;
+    frame(out, n);
     return n + 5;
 }
 
@@ -248,28 +255,33 @@ static void refused(const char *path, const char *hex, const char *what)
     body_refused(path, body, framed(body, sizeof(body), hex), what);
 }
 
+/* n bytes of `unit` (u bytes) repeated, as one framed message in a
+ * malloc'ed body (*len bytes). */
+static unsigned char *repeated(size_t *len, const void *unit, size_t u, size_t n)
+{
+    size_t m = n / u * u, i;
+    unsigned char *b = malloc(5 + m);
+
+    if (b == NULL)
+        return NULL;
+    frame(b, m);
+    for (i = 0; i < m; i += u)
+        memcpy(b + 5 + i, unit, u);
+    *len = 5 + m;
+    return b;
+}
+
 /* n entries of `entry` (bytes, each under 128) as one framed Range answer
  * in a malloc'ed body (*len bytes). */
 static unsigned char *range_of(size_t *len, const unsigned char *entry, size_t elen,
                                size_t n)
 {
-    unsigned char *b = malloc(5 + n * (elen + 2)), *p;
-    size_t i, m = n * (elen + 2);
+    unsigned char unit[130];
 
-    if (b == NULL)
-        return NULL;
-    b[0] = 0;
-    b[1] = (unsigned char)(m >> 24);
-    b[2] = (unsigned char)(m >> 16);
-    b[3] = (unsigned char)(m >> 8);
-    b[4] = (unsigned char)m;
-    for (i = 0, p = b + 5; i < n; i++, p += elen + 2) {
-        p[0] = 0x12; /* kvs, length-delimited */
-        p[1] = (unsigned char)elen;
-        memcpy(p + 2, entry, elen);
-    }
-    *len = 5 + m;
-    return b;
+    unit[0] = 0x12; /* kvs, length-delimited */
+    unit[1] = (unsigned char)elen;
+    memcpy(unit + 2, entry, elen);
+    return repeated(len, unit, elen + 2, n * (elen + 2));
 }
 
 /* v as a protobuf varint at p; its length. */
@@ -355,23 +367,34 @@ static unsigned char *seen_kvs(size_t *len, size_t *count, size_t size)
     return range_of(len, kv, n, *count);
 }
 
-/* n bytes of `unit` (u bytes) repeated, as one framed message. */
-static unsigned char *repeated(size_t *len, const char *unit, size_t u, size_t n)
+/* One key-value with a 3 MiB value decodes as a data read. */
+static void value_read(void)
 {
-    unsigned char *b = malloc(5 + n / u * u);
-    size_t m = n / u * u, i;
+    lease__etcd_budget value;
+    size_t count = (size_t)3 << 20;
+    unsigned char *b = malloc(count + 32);
 
-    if (b == NULL)
-        return NULL;
-    b[0] = 0;
-    b[1] = (unsigned char)(m >> 24);
-    b[2] = (unsigned char)(m >> 16);
-    b[3] = (unsigned char)(m >> 8);
-    b[4] = (unsigned char)m;
-    for (i = 0; i < m; i += u)
-        memcpy(b + 5 + i, unit, u);
-    *len = 5 + m;
-    return b;
+    if (b != NULL) {
+        unsigned char head[16];
+        size_t m = 5, h = 0;
+
+        head[h++] = 0x0a; /* key "a" */
+        head[h++] = 1;
+        head[h++] = 'a';
+        head[h++] = 0x2a; /* value, then its length */
+        h += varint(head + h, count);
+        b[m++] = 0x12; /* kvs: an entry of the head and the value */
+        m += varint(b + m, h + count);
+        memcpy(b + m, head, h);
+        m += h;
+        memset(b + m, 'v', count);
+        m += count;
+        frame(b, m - 5);
+        value = lease__etcd_budget_of(LEASE__ETCD_HOLD_VALUE, m, 0);
+        CHECK(range_within(b, m, &value, 1, NULL, "a 3 MiB value") == 0,
+              "one 3 MiB value decodes as a data read");
+        free(b);
+    }
 }
 
 /*
@@ -446,33 +469,7 @@ static void codec_budget(void)
               "4 MiB of empty objects as JSON are refused before parsing");
         free(text);
     }
-    /* One key-value with a 3 MiB value: a data read. */
-    count = (size_t)3 << 20;
-    if ((b = malloc(count + 32)) != NULL) {
-        unsigned char head[16];
-        size_t m = 5, h = 0;
-
-        head[h++] = 0x0a; /* key "a" */
-        head[h++] = 1;
-        head[h++] = 'a';
-        head[h++] = 0x2a; /* value, then its length */
-        h += varint(head + h, count);
-        b[m++] = 0x12; /* kvs: an entry of the head and the value */
-        m += varint(b + m, h + count);
-        memcpy(b + m, head, h);
-        m += h;
-        memset(b + m, 'v', count);
-        m += count;
-        b[0] = 0;
-        b[1] = (unsigned char)((m - 5) >> 24);
-        b[2] = (unsigned char)((m - 5) >> 16);
-        b[3] = (unsigned char)((m - 5) >> 8);
-        b[4] = (unsigned char)(m - 5);
-        value = lease__etcd_budget_of(LEASE__ETCD_HOLD_VALUE, m, 0);
-        CHECK(range_within(b, m, &value, 1, NULL, "a 3 MiB value") == 0,
-              "one 3 MiB value decodes as a data read");
-        free(b);
-    }
+    value_read();
 }
 
 static int codec(void)

@@ -34,14 +34,26 @@
  * with annotations liblease/resource and liblease/mark.
  *
  * Expiry: renewTime is written with the holder's clock, so it alone cannot
- * end a lease. A candidate takes over a held lease when either
- *  (a) this handle has seen the same resourceVersion unchanged for
+ * end a lease. What a handle compares is the holder's record: holderIdentity,
+ * leaseDurationSeconds, acquireTime, renewTime, leaseTransitions and our
+ * token (client-go compares its observed record too), never the
+ * resourceVersion, which any write moves (a history mark, a label). A
+ * candidate takes over a held lease when either
+ *  (a) this handle has seen the same record unchanged for
  *      leaseDurationSeconds on its own monotonic clock (client-go's rule), or
  *  (b) the API server's clock (the Date header, 1 s resolution) is past
  *      renewTime + leaseDurationSeconds + max_skew + 1 s, which trusts the
  *      holder's clock to be within max_skew of the server's (NTP-synced
  *      nodes); max_skew=0 turns (b) off.
  * inspect reports held/expired by the same rules. docs/stores.md explains.
+ *
+ * The holder's side (renew, the same owner's acquire) must prove its lease
+ * alive instead (kube_holder_alive): the record holds the holderIdentity,
+ * token, renewTime and duration this process wrote less than a duration
+ * ago, or the server's clock vouches for renewTime. Other fields and annotations may change meanwhile: no
+ * write that leaves those four alone costs the holder its lease. A renewal
+ * that can neither prove the lease alive nor see it ended by (b)'s clock
+ * test is LEASE_ESTORE and writes nothing (kube_read_held).
  *
  * Every write carries the resourceVersion it read: 409 Conflict means
  * another writer came first, and the operation reads again and decides
@@ -82,26 +94,34 @@
 /* kube_call's answers besides 0 and the LEASE_E* codes. */
 enum { KUBE_NOTFOUND = 1, KUBE_CONFLICT = 2 };
 
-/* The resourceVersion this handle saw for an object, and since when
- * (rule (a) of Expiry). One slot per hash bucket: an evicted entry only
- * restarts the observation, which errs on the side of waiting. */
+/* A holder's record, what a renewal changes (Expiry): absent fields are
+ * INT64_MIN; the holder as a hash (a new holder writes new times too). */
+typedef struct {
+    uint64_t holder_h;
+    uint64_t token;
+    int64_t duration_s, acquire_us, renew_us, transitions;
+} kube_record;
+
+/* The record this handle saw for an object, and since when (rule (a) of
+ * Expiry). One slot per hash bucket: an evicted entry only restarts the
+ * observation, which errs on the side of waiting. */
 typedef struct {
     char name[NAME_MAX_K + 1];
-    char rv[RV_MAX + 1];
+    kube_record rec;
     int64_t first_ns;
-} seen_rv;
+} seen_rec;
 
-/* A resourceVersion this process wrote itself, and when that write was
- * sent (kube_holder_alive): one per object it holds, in a hash table that
+/* The record this process wrote itself, and when that write was sent
+ * (kube_holder_alive): one per object it holds, in a hash table that
  * grows with them (a session may hold thousands). Process-wide, not per
  * handle: a keeper renews on a handle of its own what another acquired.
  * Named "<base>/<namespace>/<object>". */
-typedef struct written_rv {
-    struct written_rv *next;
-    char rv[RV_MAX + 1];
+typedef struct written_rec {
+    struct written_rec *next;
+    kube_record rec;
     int64_t sent_ns;
     char name[];
-} written_rv;
+} written_rec;
 
 typedef struct {
     lease_store parent;
@@ -114,7 +134,7 @@ typedef struct {
     int max_skew_s;
     int tokens;         /* LEASE__TOKENS_CLOCK or _COUNTER (?tokens=) */
     int64_t end_ns;     /* the current operation's deadline */
-    seen_rv seen[SEEN_SLOTS];
+    seen_rec seen[SEEN_SLOTS];
 } kube_store;
 
 /* One Lease object as read, checked. Pointers borrow from obj. */
@@ -127,8 +147,9 @@ typedef struct {
     const char *holder; /* "" when none */
     char label[LEASE_LABEL_MAX + 1];
     int64_t duration_s; /* 0: absent */
-    int has_renew;
+    int has_renew, has_acquire;
     int64_t renew_us;   /* Unix µs */
+    int64_t acquire_us; /* Unix µs */
     int64_t transitions;
     int64_t date_s;     /* the answer's Date, -1 without */
 } kube_lease;
@@ -627,6 +648,11 @@ static int kube_read_spec(kube_lease *l, const char *name)
             return kube_malformed("read", "object %.253s: renewTime '%.40s'", name, t);
         l->has_renew = 1;
     }
+    if ((t = json_string_value(json_object_get(spec, "acquireTime"))) != NULL) {
+        if (kube_parse_time(&l->acquire_us, t) < 0)
+            return kube_malformed("read", "object %.253s: acquireTime '%.40s'", name, t);
+        l->has_acquire = 1;
+    }
     if ((v = json_object_get(spec, "leaseTransitions")) && !json_is_null(v)) {
         if (!json_is_integer(v) || json_integer_value(v) < 0 ||
             json_integer_value(v) > INT32_MAX)
@@ -769,26 +795,96 @@ static int kube_get_listed(kube_lease *l, char list_rv[RV_MAX + 1], kube_store *
 
 /* ---- expiry -------------------------------------------------------------- */
 
-static seen_rv *kube_seen_slot(kube_store *s, const char *name)
+static void kube_record_of(kube_record *r, const kube_lease *l)
+{
+    memset(r, 0, sizeof(*r));
+    r->holder_h = kube_fnv64(l->holder);
+    r->token = l->token;
+    r->duration_s = l->duration_s;
+    r->acquire_us = l->has_acquire ? l->acquire_us : INT64_MIN;
+    r->renew_us = l->has_renew ? l->renew_us : INT64_MIN;
+    r->transitions = l->transitions;
+}
+
+static int kube_record_eq(const kube_record *a, const kube_record *b)
+{
+    return a->holder_h == b->holder_h && a->token == b->token &&
+           a->duration_s == b->duration_s && a->acquire_us == b->acquire_us &&
+           a->renew_us == b->renew_us && a->transitions == b->transitions;
+}
+
+static seen_rec *kube_seen_slot(kube_store *s, const char *name)
 {
     return &s->seen[kube_fnv64(name) % SEEN_SLOTS];
 }
 
-/* Note that this handle saw (or wrote, at at_ns) resourceVersion rv. */
-static void kube_seen_note(kube_store *s, const char *name, const char *rv, int64_t at_ns)
+/* Note that this handle saw (or wrote, at at_ns) the record of l. */
+static void kube_seen_note(kube_store *s, const char *name, const kube_lease *l,
+                           int64_t at_ns)
 {
-    seen_rv *e = kube_seen_slot(s, name);
+    seen_rec *e = kube_seen_slot(s, name);
+    kube_record r;
 
-    if (strcmp(e->name, name) == 0 && strcmp(e->rv, rv) == 0)
+    kube_record_of(&r, l);
+    if (strcmp(e->name, name) == 0 && kube_record_eq(&e->rec, &r))
         return;
     lease__strlcpy(e->name, name, sizeof(e->name));
-    lease__strlcpy(e->rv, rv, sizeof(e->rv));
+    e->rec = r;
     e->first_ns = at_ns;
+}
+
+/*
+ * Rule (b)'s clock test at the server's second date_s with a margin of
+ * skew_s: the seconds until the server's clock is past renewTime +
+ * duration + skew_s + 1 s, <= 0 once it is (renewTime rounded up, the Date
+ * rounded down: both err towards "still held"); INT64_MAX without a Date or
+ * a renewTime.
+ */
+static int64_t kube_clock_wait_s(const kube_lease *l, int skew_s, int64_t date_s)
+{
+    if (date_s <= 0 || !l->has_renew)
+        return INT64_MAX;
+    return (l->renew_us + 999999) / 1000000 + l->duration_s + skew_s + 1 - date_s;
+}
+
+/* The same with this handle's max_skew: INT64_MAX when rule (b) is off. */
+static int64_t kube_rule_b_wait(const kube_store *s, const kube_lease *l, int64_t date_s)
+{
+    return s->max_skew_s > 0 ? kube_clock_wait_s(l, s->max_skew_s, date_s) : INT64_MAX;
+}
+
+/*
+ * May this handle treat the held lease l as ended (see Expiry at the top)?
+ * 1 yes, 0 no with *left_ms the time until it may. A lease with no holder
+ * is free (1).
+ */
+static int kube_expired(kube_store *s, const char *name, const kube_lease *l,
+                        uint64_t *left_ms)
+{
+    int64_t now = lease_clock_ns(), dur_ms = l->duration_s * 1000, seen_ms, left, clock_s;
+    seen_rec *e;
+
+    *left_ms = 0;
+    if (*l->holder == '\0')
+        return 1;
+    kube_seen_note(s, name, l, now);
+    e = kube_seen_slot(s, name);
+    seen_ms = (now - e->first_ns) / 1000000;
+    if (seen_ms >= dur_ms)
+        return 1; /* rule (a): unchanged for the whole duration */
+    left = dur_ms - seen_ms;
+    clock_s = kube_rule_b_wait(s, l, l->date_s);
+    if (clock_s <= 0)
+        return 1; /* rule (b) */
+    if (clock_s != INT64_MAX && clock_s * 1000 < left)
+        left = clock_s * 1000;
+    *left_ms = (uint64_t)left;
+    return 0;
 }
 
 static struct {
     pthread_mutex_t mu;
-    written_rv **chain;     /* size chains */
+    written_rec **chain;    /* size chains */
     size_t size, count;
 } written = { PTHREAD_MUTEX_INITIALIZER, NULL, 0, 0 };
 
@@ -801,9 +897,9 @@ static void kube_written_name(char buf[WNAME_SIZE], const kube_store *s, const c
 
 /* The link to full's entry, or to the end of its chain (NULL: no table).
  * Under written.mu. */
-static written_rv **kube_written_link(const char *full)
+static written_rec **kube_written_link(const char *full)
 {
-    written_rv **p;
+    written_rec **p;
 
     if (written.size == 0)
         return NULL;
@@ -817,7 +913,7 @@ static written_rv **kube_written_link(const char *full)
 static void kube_written_grow(void)
 {
     size_t size = written.size ? written.size * 2 : 64, i;
-    written_rv **t = calloc(size, sizeof(*t)), *e;
+    written_rec **t = calloc(size, sizeof(*t)), *e;
 
     if (t == NULL)
         return;
@@ -832,14 +928,14 @@ static void kube_written_grow(void)
     written.size = size;
 }
 
-/* Note this process's write of rv to name, sent at sent_ns. Without
+/* Note this process's write of l to name, sent at sent_ns. Without
  * memory the note is lost, which only makes the holder's side stricter
  * (kube_holder_alive falls back on the server's clock). */
-static void kube_written_put(const kube_store *s, const char *name, const char *rv,
+static void kube_written_put(const kube_store *s, const char *name, const kube_lease *l,
                              int64_t sent_ns)
 {
     char full[WNAME_SIZE];
-    written_rv **p, *e;
+    written_rec **p, *e;
 
     kube_written_name(full, s, name);
     pthread_mutex_lock(&written.mu);
@@ -852,7 +948,7 @@ static void kube_written_put(const kube_store *s, const char *name, const char *
         written.count++;
     }
     if (p && e) {
-        lease__strlcpy(e->rv, rv, sizeof(e->rv));
+        kube_record_of(&e->rec, l);
         e->sent_ns = sent_ns;
     }
     pthread_mutex_unlock(&written.mu);
@@ -861,7 +957,7 @@ static void kube_written_put(const kube_store *s, const char *name, const char *
 static void kube_written_del(const kube_store *s, const char *name)
 {
     char full[WNAME_SIZE];
-    written_rv **p, *e;
+    written_rec **p, *e;
 
     kube_written_name(full, s, name);
     pthread_mutex_lock(&written.mu);
@@ -873,78 +969,51 @@ static void kube_written_del(const kube_store *s, const char *name)
     pthread_mutex_unlock(&written.mu);
 }
 
-/* When this process sent its write of rv to name; -1 if it did not. */
-static int64_t kube_written_at(const kube_store *s, const char *name, const char *rv)
+/* When this process sent the write of l's holderIdentity, token, renewTime
+ * and duration, as l has them now; -1 if it did not. */
+static int64_t kube_written_at(const kube_store *s, const char *name, const kube_lease *l)
 {
     char full[WNAME_SIZE];
-    written_rv **p;
+    written_rec **p;
+    kube_record r;
     int64_t at = -1;
 
+    kube_record_of(&r, l);
     kube_written_name(full, s, name);
     pthread_mutex_lock(&written.mu);
-    if ((p = kube_written_link(full)) != NULL && *p && strcmp((*p)->rv, rv) == 0)
+    if ((p = kube_written_link(full)) != NULL && *p && (*p)->rec.holder_h == r.holder_h &&
+        (*p)->rec.token == r.token && (*p)->rec.renew_us == r.renew_us &&
+        (*p)->rec.duration_s == r.duration_s)
         at = (*p)->sent_ns;
     pthread_mutex_unlock(&written.mu);
     return at;
 }
 
 /*
- * May the holder's side (renew, release, the same owner's acquire) treat
- * the lease l as still its own? kube_expired errs towards "still held",
- * which is right for a candidate and wrong here: a fresh handle, or one
- * whose slot was taken by another name, would start counting rule (a)
- * only now and so revive a lease that ended long ago. So a holder needs
- * proof that it is alive: this process wrote that very resourceVersion
- * less than the duration ago (timed from when the write was sent, so no
- * candidate can have taken over yet by rule (a)), or the server's clock
- * (its second rounded up) is before renewTime - max_skew + duration
- * (renewTime rounded down), which no candidate's rule (b) can pass.
- * Without either, renew and release are ELOST and an acquire is a new
- * grant with a new token.
+ * May the holder's side (renew, the same owner's acquire) treat the lease
+ * l as still its own? kube_expired errs towards "still held", which is
+ * right for a candidate and wrong here: a fresh handle, or one whose slot
+ * was taken by another name, would start counting rule (a) only now and so
+ * revive a lease that ended long ago. So a holder needs proof that it is
+ * alive:
+ *  - this process wrote the holderIdentity, token, renewTime and duration
+ *    that l has, less than the duration ago (timed from when the write was
+ *    sent: every record that holds them is newer, so no candidate can have
+ *    seen one unchanged for the duration yet). Annotations (a history
+ *    mark, by whichever process) and the other spec fields may have changed
+ *    meanwhile: that only restarts every candidate's observation later;
+ *  - or the server's clock (its second rounded up) is before renewTime -
+ *    max_skew + duration (renewTime rounded down), which no candidate's
+ *    rule (b) can pass.
  */
 static int kube_holder_alive(kube_store *s, const char *name, const kube_lease *l)
 {
-    int64_t at = kube_written_at(s, name, l->rv);
+    int64_t at = kube_written_at(s, name, l), dur_ns = l->duration_s * 1000000000;
 
-    if (at >= 0 && lease_clock_ns() - at < l->duration_s * 1000000000)
+    if (at >= 0 && lease_clock_ns() - at < dur_ns)
         return 1;
     return s->max_skew_s > 0 && l->date_s > 0 && l->has_renew &&
            l->date_s + 1 + s->max_skew_s < l->renew_us / 1000000 + l->duration_s;
-}
-
-/*
- * May this handle treat the held lease l as ended (see Expiry at the top)?
- * 1 yes, 0 no with *left_ms the time until it may. A lease with no holder
- * is free (1).
- */
-static int kube_expired(kube_store *s, const char *name, const kube_lease *l,
-                        uint64_t *left_ms)
-{
-    int64_t now = lease_clock_ns(), dur_ms = l->duration_s * 1000, seen_ms, left;
-    seen_rv *e;
-
-    *left_ms = 0;
-    if (*l->holder == '\0')
-        return 1;
-    kube_seen_note(s, name, l->rv, now);
-    e = kube_seen_slot(s, name);
-    seen_ms = (now - e->first_ns) / 1000000;
-    if (seen_ms >= dur_ms)
-        return 1; /* rule (a): unchanged for the whole duration */
-    left = dur_ms - seen_ms;
-    if (s->max_skew_s > 0 && l->date_s > 0 && l->has_renew) {
-        /* rule (b): the renewal rounded up, the server's second rounded
-         * down, so both err towards "still held". */
-        int64_t renew_s = (l->renew_us + 999999) / 1000000;
-        int64_t need = l->duration_s + s->max_skew_s + 1, age = l->date_s - renew_s;
-
-        if (age >= need)
-            return 1;
-        if ((need - age) * 1000 < left)
-            left = (need - age) * 1000;
-    }
-    *left_ms = (uint64_t)left;
-    return 0;
 }
 
 /* inspect's view of l (key: the key asked, or l's own for list). */
@@ -1110,24 +1179,19 @@ static int kube_annotate_encoded(json_t *obj, const char *name, const char *raw)
     return rc;
 }
 
-/* PUT (with the rv inside obj) or POST it: 0 with the new rv noted as
- * seen by this handle from before the write, KUBE_CONFLICT, or an error.
- * A write that is no renewal (history_lost's) keeps the time this handle
- * has seen the lease unchanged since: it must not revive it. */
+/* PUT (with the rv inside obj) or POST it: 0, KUBE_CONFLICT, or an error.
+ * The record written is noted as seen by this handle from before the
+ * write; a grant's or a renewal's also as this process's own (its proof of
+ * life), a release ends that. A history mark changes no record: the time
+ * this handle has seen the lease unchanged goes on, it revives nothing. */
 static int kube_write(kube_store *s, const char *name, json_t *obj, int create,
                       const char *what)
 {
     char path[512], rv[RV_MAX + 1];
     int64_t t0 = lease_clock_ns();
     json_t *res = NULL;
-    seen_rv *e = kube_seen_slot(s, name);
-    const char *old_rv = json_string_value(
-        json_object_get(json_object_get(obj, "metadata"), "resourceVersion"));
+    kube_lease w;
     int rc;
-
-    if (strcmp(what, "history") == 0 && strcmp(e->name, name) == 0 && old_rv &&
-        strcmp(e->rv, old_rv) == 0)
-        t0 = e->first_ns;
 
     kube_path(path, sizeof(path), s, create ? NULL : name);
     rc = kube_call(&res, NULL, s, create ? "POST" : "PUT", path, obj, what);
@@ -1136,14 +1200,15 @@ static int kube_write(kube_store *s, const char *name, json_t *obj, int create,
                            "namespace %s exist?", what, s->parent.url_redacted, s->ns);
     else if (rc == KUBE_NOTFOUND)
         rc = KUBE_CONFLICT; /* deleted since it was read: read again */
-    if (rc == 0 && (rc = kube_check_meta(rv, res, name)) == 0) {
-        kube_seen_note(s, name, rv, t0 < lease_clock_ns() ? t0 : lease_clock_ns());
-        /* Only a holder's own grant or renewal proves its lease alive: a
-         * history note, or a release, does not. */
+    if (rc == 0 && strcmp(what, "fence") == 0)
+        rc = kube_check_meta(rv, res, name);
+    else if (rc == 0 && (rc = kube_lease_from(&w, json_incref(res), -1, name, NULL)) == 0) {
+        kube_seen_note(s, name, &w, t0);
         if (strcmp(what, "acquire") == 0 || strcmp(what, "renew") == 0)
-            kube_written_put(s, name, rv, t0);
-        else
+            kube_written_put(s, name, &w, t0);
+        else if (strcmp(what, "release") == 0)
             kube_written_del(s, name);
+        kube_lease_free(&w);
     }
     json_decref(res);
     return rc;
@@ -1306,28 +1371,48 @@ static int kube_acquire(lease_grant *out, lease_info *holder, lease_store *base,
     return rc;
 }
 
-/* Read the lease of (key, owner, token) and check it is the current one:
- * 0 with *l, ELOST (said by lease__not_holder) or an error. A renewal
- * (`renewing`) must also prove the lease alive: it must not revive one;
- * a release ends it either way. */
+/*
+ * Read the lease of (key, owner, token) and check it is the current one:
+ * 0 with *l, ELOST (said by lease__not_holder), ESTORE, or an error. A
+ * renewal (`renewing`) must also prove the lease alive (kube_holder_alive):
+ * it must not revive one. One that cannot, while the server's clock does
+ * not say the lease ran out either (a ttl too short for max_skew to vouch
+ * for, max_skew=0), cannot tell whether the lease lives: it is ESTORE,
+ * "uncertain" as the contract defines it, and writes nothing. Saying ELOST
+ * there would be a guess: a second process renewing with the holder's
+ * owner and token, a moment after the holder's own renewal, would be told
+ * the lease was lost while it is held, and the history mark that follows
+ * an ELOST would record a live grant as lost. A release ends the lease
+ * either way.
+ */
 static int kube_read_held(kube_lease *l, kube_store *s, const char *name, int renewing,
                           const char *key, const char *owner, uint64_t token)
 {
     const char *what = renewing ? "renew" : "release";
     uint64_t left;
-    int rc = kube_get(l, s, name, key);
+    int rc = kube_get(l, s, name, key), ended;
 
     if (rc == KUBE_NOTFOUND)
         return lease__not_holder(what, key, token, NULL);
     if (rc < 0)
         return rc;
-    if (l->token != token || strcmp(l->holder, owner) != 0 ||
-        kube_expired(s, name, l, &left) || (renewing && !kube_holder_alive(s, name, l))) {
-        kube_written_del(s, name); /* nothing of it is this process's now */
+    ended = l->token != token || strcmp(l->holder, owner) != 0 ||
+            kube_expired(s, name, l, &left);
+    if (!ended && (!renewing || kube_holder_alive(s, name, l)))
+        return 0;
+    if (!ended && kube_rule_b_wait(s, l, l->date_s) > 0) {
         kube_lease_free(l);
-        return lease__not_holder(what, key, token, NULL);
+        return lease__seterr(LEASE_ESTORE, "kubernetes renew of '%.255s' (token %llu): "
+                             "cannot tell whether the lease is still alive: this process "
+                             "did not write its current renewTime, and the API server's "
+                             "clock cannot vouch for it (leaseDurationSeconds %lld, "
+                             "max_skew=%d); nothing was written", key,
+                             (unsigned long long)token, (long long)l->duration_s,
+                             s->max_skew_s);
     }
-    return 0;
+    kube_written_del(s, name); /* nothing of it is this process's now */
+    kube_lease_free(l);
+    return lease__not_holder(what, key, token, NULL);
 }
 
 static int kube_renew(uint64_t *granted_ms, lease_store *base, const char *key,
@@ -1686,27 +1771,32 @@ typedef struct {
 } watch_ctx;
 
 /* One watch event: stop when the holder changed or the object went, or on
- * an ERROR (410 Gone ...: the core reads again). A renewal is noted as a
- * new resourceVersion (rule (a) restarts). */
+ * an ERROR (410 Gone ...: the core reads again), or on an object that does
+ * not read as a Lease (the core's read says what is wrong). A renewal is
+ * noted as a new record seen (rule (a) restarts). */
 static int kube_on_event(const char *line, size_t n, void *arg)
 {
     watch_ctx *w = arg;
     json_t *ev = json_loadb(line, n, 0, NULL), *obj = json_object_get(ev, "object");
     const char *type = json_string_value(json_object_get(ev, "type"));
-    json_t *meta = json_object_get(obj, "metadata");
-    const char *name = json_string_value(json_object_get(meta, "name"));
-    const char *rv = json_string_value(json_object_get(meta, "resourceVersion"));
-    const char *holder = json_string_value(
-        json_object_get(json_object_get(obj, "spec"), "holderIdentity"));
+    const char *name = json_string_value(json_object_get(json_object_get(obj, "metadata"),
+                                                         "name"));
+    kube_lease l;
     int stop = 0;
 
     if (type == NULL || strcmp(type, "ERROR") == 0)
         stop = 1; /* a Status, or not an event: end the wait, the core retries */
     else if (name && strcmp(name, w->name) == 0) {
-        if (strcmp(type, "DELETED") == 0 || strcmp(holder ? holder : "", w->holder) != 0)
+        if (strcmp(type, "DELETED") == 0 ||
+            kube_lease_from(&l, json_incref(obj), -1, w->name, NULL) < 0)
             stop = 1;
-        else if (rv && strlen(rv) <= RV_MAX)
-            kube_seen_note(w->s, w->name, rv, lease_clock_ns());
+        else {
+            if (strcmp(l.holder, w->holder) != 0)
+                stop = 1;
+            else
+                kube_seen_note(w->s, w->name, &l, lease_clock_ns());
+            kube_lease_free(&l);
+        }
     }
     json_decref(ev);
     return stop;

@@ -10,9 +10,11 @@
 #  2. key names: two keys that sanitise alike get two objects; an object
 #     whose liblease/key names another key is refused (ESTORE);
 #  3. expiry: a lease whose renewTime is an hour old by its holder's clock
-#     but whose resourceVersion keeps changing is not taken over; once it
-#     stops changing it is; one whose renewTime is far in the future (a
-#     holder's clock ahead) is taken over after the duration all the same;
+#     but whose holder keeps renewing is not taken over; once it stops it
+#     is; annotation writes keep no silent holder; one whose renewTime is far
+#     in the future (a holder's clock ahead) is taken over after the duration
+#     all the same; an expired lease is not renewed by another process
+#     (ELOST, or ESTORE when nothing can tell);
 #  4. tokens stay newer after the object was deleted (tokens=clock), and
 #     tokens=counter counts from 1;
 #  5. a waiter is woken by a watch (the double counts the watches);
@@ -141,15 +143,16 @@ assert_contains "$ERR" "holds key 'other-key'" "the mismatch is named"
 
 section "expiry"
 # A foreign holder (client-go style) whose clock is an hour behind: its
-# renewTime is old, but it renews (the resourceVersion changes), so it is
-# never taken over by rule (a); max_skew=0 turns the server-clock rule off
+# renewTime is old, but it renews (the record changes), so it is never
+# taken over by rule (a); max_skew=0 turns the server-clock rule off
 # (which trusts the holder's clock to within max_skew).
 old=$(date -u -d '-1 hour' +%Y-%m-%dT%H:%M:%S.000000Z)
 kapi POST "$LEASES" "{\"metadata\":{\"name\":\"renewing\"},\"spec\":{\"holderIdentity\":\"pod-a\",\"leaseDurationSeconds\":2,\"renewTime\":\"$old\",\"acquireTime\":\"$old\"}}" >/dev/null
 (
     for i in $(seq 100); do
         [ -e "$T/stop-beat" ] && break
-        kapi PATCH "$LEASES/renewing" "{\"metadata\":{\"annotations\":{\"beat\":\"$i\"}}}" >/dev/null
+        t=$(date -u -d '-1 hour' +%Y-%m-%dT%H:%M:%S.%6NZ)
+        kapi PATCH "$LEASES/renewing" "{\"spec\":{\"renewTime\":\"$t\"}}" >/dev/null
         sleep 0.3
     done
 ) &
@@ -158,8 +161,24 @@ call "$L" --store "$URL&max_skew=0" acquire renewing --ttl 2s --wait 5s
 expect_error 7 "a renewing holder with an old renewTime is not taken over"
 touch "$T/stop-beat"
 call "$L" --store "$URL&max_skew=0&tokens=counter" acquire renewing --ttl 2s --wait 15s --json
-expect_rc 0 "taken over once its resourceVersion stops changing"
+expect_rc 0 "taken over once its record stops changing"
 assert_eq "$(jget "$OUT" .token)" 1 "the first token of a foreign Lease (tokens=counter)"
+# Writes that leave the holder's record alone (annotations: a label, a
+# history mark) are no renewal: they keep no dead holder alive. max_skew=0
+# leaves client-go's rule alone to decide.
+now=$(date -u +%Y-%m-%dT%H:%M:%S.000000Z)
+kapi POST "$LEASES" "{\"metadata\":{\"name\":\"annotated\"},\"spec\":{\"holderIdentity\":\"pod-c\",\"leaseDurationSeconds\":2,\"renewTime\":\"$now\",\"acquireTime\":\"$now\"}}" >/dev/null
+(
+    for i in $(seq 100); do
+        [ -e "$T/stop-note" ] && break
+        kapi PATCH "$LEASES/annotated" "{\"metadata\":{\"annotations\":{\"note\":\"$i\"}}}" >/dev/null
+        sleep 0.3
+    done
+) &
+bg_register $!
+call "$L" --store "$URL&max_skew=0" acquire annotated --ttl 2s --wait 10s --json
+expect_rc 0 "annotation writes do not keep a silent holder"
+touch "$T/stop-note"
 # A holder whose clock is an hour ahead: renewTime in the future does not
 # keep the lease: it ends after the duration unchanged.
 new=$(date -u -d '+1 hour' +%Y-%m-%dT%H:%M:%S.000000Z)
@@ -170,7 +189,9 @@ expect_rc 0 "a silent holder is taken over whatever its renewTime says"
 section "an expired lease is never revived"
 # Another process of the same owner (a fresh handle) must prove the lease
 # alive before it renews or keeps the token: within the ttl the server's
-# clock does; after it nothing does.
+# clock does; after it, the server's clock says it ran out (ELOST) once it
+# is past renewTime + ttl + max_skew + 1 s; with max_skew=0 nothing can
+# tell (ESTORE, uncertain). Either way nothing is renewed.
 call "$L" --store "$URL" acquire revive/long --ttl 30s --json
 expect_rc 0 "acquire with a long ttl"
 o=$(jget "$OUT" .owner); t=$(jget "$OUT" .token)
@@ -179,11 +200,15 @@ expect_rc 0 "another process renews within the ttl"
 call "$L" --store "$URL" acquire revive/short --ttl 1s --json
 expect_rc 0 "acquire with a 1 s ttl"
 o=$(jget "$OUT" .owner); t=$(jget "$OUT" .token)
-sleep 2.5
-for skew in 0 2; do
-    call "$L" --store "$URL&max_skew=$skew" renew revive/short --owner "$o" --token "$t" --ttl 30s
-    expect_error 4 "no renew after the ttl (max_skew=$skew)"
-done
+# renewTime rounded up + 1 + 2 + 1 s against the Date rounded down.
+sleep 5.5
+call "$L" --store "$URL&max_skew=2" renew revive/short --owner "$o" --token "$t" --ttl 30s
+expect_error 4 "no renew after the ttl (max_skew=2: the server's clock says it ran out)"
+call "$L" --store "$URL&max_skew=0" renew revive/short --owner "$o" --token "$t" --ttl 30s
+expect_error 6 "no renew after the ttl (max_skew=0: uncertain)"
+call "$L" --store "$URL" show revive/short --json
+assert_eq "$(jget "$OUT" '[.state, .token] | @tsv')" "$(printf 'expired\t%s' "$t")" \
+    "still expired, same token"
 call "$L" --store "$URL&max_skew=0" acquire revive/short --owner "$o" --ttl 30s --json
 expect_rc 0 "the same owner acquires again"
 assert_gt "$(jget "$OUT" .token)" "$t" "a new generation, not the old token"

@@ -44,13 +44,25 @@
  *  (b) the API server's clock (the Date header, 1 s resolution) is past
  *      renewTime + leaseDurationSeconds + max_skew + 1 s, which trusts the
  *      holder's clock to be within max_skew of the server's (NTP-synced
- *      nodes); max_skew=0 turns (b) off.
- * inspect reports held/expired by the same rules. docs/stores.md explains.
+ *      nodes), and this handle has also seen the record unchanged for half
+ *      the duration, and has never seen this holder renew with a renewTime
+ *      already past (b) (kube_skew_seen: its clock is behind, and (a) alone
+ *      decides from then on); max_skew=0 turns (b) off.
+ * (b) only shortens a wait, from the duration to half of it: a holder that
+ * renews at least every half duration (liblease every third, client-go every
+ * RetryPeriod, 2 s of 15 by default) is seen renewing before (b) can fire,
+ * whatever its clock says, and one seen renewing is held to (a). Only a
+ * holder that renews less often than that and whose clock is off by more
+ * than max_skew can be taken over while it lives.
+ * inspect reports by (a) and by (b)'s clock test alone: what it says grants
+ * nothing, and a fresh process (every `lease show`) would otherwise report
+ * a lease dead for hours as held. docs/stores.md explains.
  *
  * The holder's side (renew, the same owner's acquire) must prove its lease
  * alive instead (kube_holder_alive): the record holds the holderIdentity,
- * token, renewTime and duration this process wrote less than a duration
- * ago, or the server's clock vouches for renewTime. Other fields and annotations may change meanwhile: no
+ * token, renewTime and duration this process wrote less than a duration ago
+ * (half of one when (b)'s clock test holds), or the server's clock vouches
+ * for renewTime. Other fields and annotations may change meanwhile: no
  * write that leaves those four alone costs the holder its lease. A renewal
  * that can neither prove the lease alive nor see it ended by (b)'s clock
  * test is LEASE_ESTORE and writes nothing (kube_read_held).
@@ -103,12 +115,15 @@ typedef struct {
 } kube_record;
 
 /* The record this handle saw for an object, and since when (rule (a) of
- * Expiry). One slot per hash bucket: an evicted entry only restarts the
+ * Expiry); whether it saw this holder's record change (a renewal), and
+ * whether such a renewal already failed rule (b)'s clock test (skewed).
+ * One slot per hash bucket: an evicted entry only restarts the
  * observation, which errs on the side of waiting. */
 typedef struct {
     char name[NAME_MAX_K + 1];
     kube_record rec;
     int64_t first_ns;
+    int renewed, skewed;
 } seen_rec;
 
 /* The record this process wrote itself, and when that write was sent
@@ -818,17 +833,24 @@ static seen_rec *kube_seen_slot(kube_store *s, const char *name)
     return &s->seen[kube_fnv64(name) % SEEN_SLOTS];
 }
 
-/* Note that this handle saw (or wrote, at at_ns) the record of l. */
+/* Note that this handle saw (or wrote, at at_ns) the record of l. A new
+ * record of the same holder is a renewal seen; a new holder starts over. */
 static void kube_seen_note(kube_store *s, const char *name, const kube_lease *l,
                            int64_t at_ns)
 {
     seen_rec *e = kube_seen_slot(s, name);
     kube_record r;
+    int same_name = strcmp(e->name, name) == 0;
 
     kube_record_of(&r, l);
-    if (strcmp(e->name, name) == 0 && kube_record_eq(&e->rec, &r))
+    if (same_name && kube_record_eq(&e->rec, &r))
         return;
-    lease__strlcpy(e->name, name, sizeof(e->name));
+    if (same_name && e->rec.holder_h == r.holder_h) {
+        e->renewed = 1;
+    } else {
+        lease__strlcpy(e->name, name, sizeof(e->name));
+        e->renewed = e->skewed = 0;
+    }
     e->rec = r;
     e->first_ns = at_ns;
 }
@@ -854,11 +876,32 @@ static int64_t kube_rule_b_wait(const kube_store *s, const kube_lease *l, int64_
 }
 
 /*
+ * Was the renewal this handle saw (e, the current record of a holder whose
+ * earlier record it saw) already past rule (b)'s clock test when it was
+ * first seen? Then the holder wrote a renewTime its own clock put that far
+ * back: its clock is behind, and rule (b) must not be applied to it. The
+ * server's second at first sight is taken from above (the Date now, plus
+ * one, minus the whole seconds since), erring towards "skewed", which only
+ * leaves rule (a) to decide.
+ */
+static int kube_skew_seen(const kube_store *s, const seen_rec *e, const kube_lease *l,
+                          int64_t now)
+{
+    int64_t since_s = (now - e->first_ns) / 1000000000;
+
+    return e->renewed && l->date_s > 0 &&
+           kube_rule_b_wait(s, l, l->date_s + 1 - since_s) <= 0;
+}
+
+/*
  * May this handle treat the held lease l as ended (see Expiry at the top)?
  * 1 yes, 0 no with *left_ms the time until it may. A lease with no holder
- * is free (1).
+ * is free (1). `taking`: to take it over (or renew it), rule (b) also
+ * needs half the duration of watching; inspect reports by the clock test
+ * alone (what it says is no grant, and a fresh process, as every `lease
+ * show` is, would otherwise report a lease dead for hours as held).
  */
-static int kube_expired(kube_store *s, const char *name, const kube_lease *l,
+static int kube_expired(kube_store *s, const char *name, const kube_lease *l, int taking,
                         uint64_t *left_ms)
 {
     int64_t now = lease_clock_ns(), dur_ms = l->duration_s * 1000, seen_ms, left, clock_s;
@@ -873,11 +916,19 @@ static int kube_expired(kube_store *s, const char *name, const kube_lease *l,
     if (seen_ms >= dur_ms)
         return 1; /* rule (a): unchanged for the whole duration */
     left = dur_ms - seen_ms;
+    if (!e->skewed && kube_skew_seen(s, e, l, now))
+        e->skewed = 1;
     clock_s = kube_rule_b_wait(s, l, l->date_s);
-    if (clock_s <= 0)
-        return 1; /* rule (b) */
-    if (clock_s != INT64_MAX && clock_s * 1000 < left)
-        left = clock_s * 1000;
+    if (!e->skewed && clock_s != INT64_MAX) {
+        /* rule (b): the clock test, and half the duration unchanged. */
+        int64_t watch = taking ? dur_ms / 2 - seen_ms : 0;
+        int64_t b = clock_s * 1000 > watch ? clock_s * 1000 : watch;
+
+        if (b <= 0)
+            return 1;
+        if (b < left)
+            left = b;
+    }
     *left_ms = (uint64_t)left;
     return 0;
 }
@@ -999,9 +1050,13 @@ static int64_t kube_written_at(const kube_store *s, const char *name, const kube
  *  - this process wrote the holderIdentity, token, renewTime and duration
  *    that l has, less than the duration ago (timed from when the write was
  *    sent: every record that holds them is newer, so no candidate can have
- *    seen one unchanged for the duration yet). Annotations (a history
- *    mark, by whichever process) and the other spec fields may have changed
- *    meanwhile: that only restarts every candidate's observation later;
+ *    seen one unchanged for the duration yet), and less than half of it ago
+ *    when rule (b)'s clock test holds (its clock is behind: a candidate may
+ *    take over after half the duration unchanged), tested with no margin,
+ *    as the boldest candidate's max_skew would, or without a Date to test
+ *    it. Annotations (a history mark, by whichever process) and the other
+ *    spec fields may have changed meanwhile: that only restarts every
+ *    candidate's observation later;
  *  - or the server's clock (its second rounded up) is before renewTime -
  *    max_skew + duration (renewTime rounded down), which no candidate's
  *    rule (b) can pass.
@@ -1010,8 +1065,13 @@ static int kube_holder_alive(kube_store *s, const char *name, const kube_lease *
 {
     int64_t at = kube_written_at(s, name, l), dur_ns = l->duration_s * 1000000000;
 
-    if (at >= 0 && lease_clock_ns() - at < dur_ns)
-        return 1;
+    if (at >= 0) {
+        int64_t age = lease_clock_ns() - at;
+
+        if (age < dur_ns &&
+            (age < dur_ns / 2 || (l->date_s > 0 && kube_clock_wait_s(l, 0, l->date_s) > 0)))
+            return 1;
+    }
     return s->max_skew_s > 0 && l->date_s > 0 && l->has_renew &&
            l->date_s + 1 + s->max_skew_s < l->renew_us / 1000000 + l->duration_s;
 }
@@ -1021,7 +1081,7 @@ static void kube_fill_info(lease_info *info, kube_store *s, const char *name,
                            const kube_lease *l, const char *key)
 {
     uint64_t left = 0;
-    int expired = kube_expired(s, name, l, &left);
+    int expired = kube_expired(s, name, l, 0, &left);
 
     memset(info, 0, sizeof(*info));
     lease__strlcpy(info->key, key, sizeof(info->key));
@@ -1316,7 +1376,7 @@ static int kube_acquire_once(lease_grant *out, lease_info *holder, kube_store *s
     if (rc < 0)
         return rc;
     create = rc == KUBE_NOTFOUND;
-    expired = create || kube_expired(s, name, &l, &left);
+    expired = create || kube_expired(s, name, &l, 1, &left);
     /* The same owner keeps its token only while it can tell that its
      * lease is alive (kube_holder_alive); else a new grant, newer token. */
     other = !create && strcmp(l.holder, req->owner) != 0;
@@ -1397,7 +1457,7 @@ static int kube_read_held(kube_lease *l, kube_store *s, const char *name, int re
     if (rc < 0)
         return rc;
     ended = l->token != token || strcmp(l->holder, owner) != 0 ||
-            kube_expired(s, name, l, &left);
+            kube_expired(s, name, l, 1, &left);
     if (!ended && (!renewing || kube_holder_alive(s, name, l)))
         return 0;
     if (!ended && kube_rule_b_wait(s, l, l->date_s) > 0) {
@@ -1773,7 +1833,8 @@ typedef struct {
 /* One watch event: stop when the holder changed or the object went, or on
  * an ERROR (410 Gone ...: the core reads again), or on an object that does
  * not read as a Lease (the core's read says what is wrong). A renewal is
- * noted as a new record seen (rule (a) restarts). */
+ * noted as a new record seen (rule (a) restarts; rule (b) may learn that
+ * the holder's clock is behind). */
 static int kube_on_event(const char *line, size_t n, void *arg)
 {
     watch_ctx *w = arg;
@@ -1871,7 +1932,7 @@ static int kube_wait_release(lease_store *base, const char *key, uint64_t timeou
         return 0;
     if (rc < 0)
         return rc;
-    rc = kube_expired(s, name, &l, &left);
+    rc = kube_expired(s, name, &l, 1, &left);
     memset(&w, 0, sizeof(w));
     w.s = s;
     w.name = name;

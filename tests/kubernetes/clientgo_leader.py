@@ -7,14 +7,16 @@ what client-go leaders do (tests/kubernetes/kube_interop.sh).
     clientgo_leader.py --url http://127.0.0.1:PORT --namespace NS --name LEASE
                        --identity ID --duration S --token-file F
                        [--retry S] [--renew-deadline S] [--run-seconds N]
+                       [--clock-offset S]
 
 The rules (client-go tools/leaderelection, LeaderElector.tryAcquireOrRenew,
 restated, not copied):
   - read the Lease; absent: create it holding it (acquireTime = renewTime =
     now, leaseTransitions 0);
   - the record seen (holderIdentity, leaseDurationSeconds, acquireTime,
-    renewTime, leaseTransitions, resourceVersion) is compared with the last
-    one observed; a change restarts the observation on OUR monotonic clock
+    renewTime, leaseTransitions: the spec, not the resourceVersion, as
+    client-go compares its observed record) is compared with the last one
+    observed; a change restarts the observation on OUR monotonic clock
     (the holder's renewTime is never compared with our wall clock);
   - held by another, and observed unchanged for less than its
     leaseDurationSeconds: not ours, try again in --retry s;
@@ -29,6 +31,8 @@ Output, one line per change, flushed: "leader ID" when it starts leading,
 holder it sees changes. On SIGTERM it stops leading without clearing the
 Lease (client-go's ReleaseOnCancel=false) and exits 0; after --run-seconds
 it exits 0 as well (bounded, so that a failed test leaves nothing behind).
+--clock-offset S writes acquireTime and renewTime S seconds off this host's
+clock (negative: behind), as a holder whose clock is wrong would.
 """
 import argparse
 import datetime
@@ -52,19 +56,23 @@ def say(line):
     sys.stdout.flush()
 
 
+CLOCK_OFFSET = [0.0]
+
+
 def now_micro():
-    """A timezone-aware UTC datetime. The client serializes it with
-    isoformat(), which drops the fraction when it is zero: MicroTime needs
-    its six digits, so never hand it a zero fraction."""
-    t = datetime.datetime.now(datetime.timezone.utc)
+    """A timezone-aware UTC datetime, on this holder's (possibly wrong)
+    clock. The client serializes it with isoformat(), which drops the
+    fraction when it is zero: MicroTime needs its six digits, so never hand
+    it a zero fraction."""
+    t = datetime.datetime.now(datetime.timezone.utc) + \
+        datetime.timedelta(seconds=CLOCK_OFFSET[0])
     return t.replace(microsecond=t.microsecond or 1)
 
 
 def record_of(lease):
     s = lease.spec
     return (s.holder_identity or "", s.lease_duration_seconds,
-            s.acquire_time, s.renew_time, s.lease_transitions,
-            lease.metadata.resource_version)
+            s.acquire_time, s.renew_time, s.lease_transitions)
 
 
 class Leader:
@@ -169,7 +177,9 @@ def main():
     ap.add_argument("--renew-deadline", type=float, default=0)
     ap.add_argument("--cacert")
     ap.add_argument("--run-seconds", type=float, default=300)
+    ap.add_argument("--clock-offset", type=float, default=0.0)
     a = ap.parse_args()
+    CLOCK_OFFSET[0] = a.clock_offset
     if a.duration <= 0:
         ap.error("--duration must be at least 1")
     if a.renew_deadline <= 0:

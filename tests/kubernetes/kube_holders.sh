@@ -7,16 +7,31 @@
 #     renewing, its child is not stopped;
 #  2. a renew from a second process with the right owner and token, which
 #     cannot prove the lease alive, is ESTORE (uncertain, exit 6), writes
-#     nothing, and never costs the holder (`lease run --ttl 3s`) its lease.
+#     nothing, and never costs the holder (`lease run --ttl 3s`) its lease;
+#  3. a client-go-style holder (clientgo_leader.py) renewing with a clock an
+#     hour behind, and one an hour ahead, is never taken over while it
+#     renews (`lease acquire --wait` ends ETIMEOUT), and is taken over once
+#     it stops;
+#  4. a holder that the candidate has seen renew with a renewTime already
+#     past the server-clock rule (its clock is behind) is then taken over by
+#     client-go's rule only: renewals further apart than half the duration
+#     but within it keep it;
+#  5. `lease run` on a host whose clock is an hour behind the API server's
+#     (the double's Date moved ahead) keeps its lease, and a candidate on
+#     that host does not take it.
 #
 #   kube_holders.sh LEASE_BINARY SOURCE_DIR
 . "$(dirname "$0")/../cli/lib.sh" "$1"
 
 SRC=${2:?usage: kube_holders.sh LEASE SOURCE_DIR}
 KS=$SRC/scripts/kube-server.sh
+PY=/usr/bin/python3
+LEADER=$SRC/tests/kubernetes/clientgo_leader.py
 for tool in curl jq; do
     command -v "$tool" >/dev/null 2>&1 || die "'$tool' is required"
 done
+"$PY" -c 'import kubernetes.client' 2>/dev/null ||
+    die "python3-kubernetes is required (apt-get install python3-kubernetes)"
 has_store kubernetes || die "this lease has no kubernetes store (stores: $(lease_stores))"
 
 DIR=$T/kube
@@ -96,6 +111,68 @@ call "$LEASE" show hold/second --json
 assert_eq "$(jget "$OUT" '[.state, .owner] | @tsv')" "$(printf 'held\t%s' "$RUN_OWNER")" \
     "still held by the run's owner"
 run_kept 2 "after the second process's renew"
+
+# py_start NAME OFFSET: a client-go-style leader of Lease NAME (duration
+# 3 s, renewing every 0.5 s) with its clock OFFSET seconds off; its output
+# in $T/py-NAME, its pid in PYPID.
+py_start() {
+    "$PY" "$LEADER" --url "$BASE" --namespace default --name "$1" --identity "py-$1" \
+        --duration 3 --retry 0.5 --token-file "$DIR/token" --clock-offset "$2" \
+        --run-seconds 120 >"$T/py-$1" 2>"$T/py-$1.err" &
+    PYPID=$!
+    bg_register "$PYPID"
+    WAIT_TRIES=400 wait_for "py-$1 leads" grep -q "^leader py-$1\$" "$T/py-$1"
+}
+
+for skew in behind:-3600 ahead:3600; do
+    name=skew-${skew%%:*}
+    section "3. a renewing holder whose clock is an hour ${skew%%:*} is not taken over"
+    py_start "$name" "${skew#*:}"
+    call "$LEASE" acquire "$name" --ttl 2s --wait 8s --json
+    expect_error 7 "$name: still held after 8 s of renewals"
+    assert_eq "$(kapi GET "$LEASES/$name" | jq -r .spec.holderIdentity)" "py-$name" \
+        "$name: the holder is the python leader"
+    if grep -q '^lost$' "$T/py-$name"; then fail "$name: the leader lost while renewing"; else pass; fi
+    kill -TERM "$PYPID"
+    wait_exit "$PYPID" py_rc "$name: the python leader stops"
+    call "$LEASE" acquire "$name" --ttl 2s --wait 20s --json
+    expect_rc 0 "$name: taken over once it stopped renewing"
+done
+
+section "4. a holder seen renewing with a clock behind is kept by client-go's rule"
+# Duration 6 s; renewals 4.5 s apart, by a clock an hour behind. The first
+# comes once the candidate has read the object: the candidate sees it as a
+# renewal whose renewTime is already past the server-clock rule, and from
+# then on waits for 6 s without change, not for 3 s.
+renew_at() {
+    local t
+    t=$(date -u -d "-1 hour" +%Y-%m-%dT%H:%M:%S.%6NZ)
+    kapi PATCH "$LEASES/slow" "{\"spec\":{\"renewTime\":\"$t\"}}" >/dev/null
+}
+t0=$(date -u -d "-1 hour" +%Y-%m-%dT%H:%M:%S.%6NZ)
+kapi POST "$LEASES" "{\"metadata\":{\"name\":\"slow\"},\"spec\":{\"holderIdentity\":\"pod-slow\",\"leaseDurationSeconds\":6,\"renewTime\":\"$t0\",\"acquireTime\":\"$t0\"}}" >/dev/null
+"$LEASE" acquire slow --ttl 2s --wait 16s --json >"$T/4.out" 2>"$T/4.err" &
+CAND=$!
+bg_register "$CAND"
+WAIT_TRIES=400 wait_for "the candidate read the object" grep -q "GET $LEASES/slow " "$DIR/kube.log"
+for i in 1 2 3 4; do
+    renew_at
+    [ "$i" = 4 ] || sleep 4.5
+done
+wait_exit "$CAND" cand_rc "the candidate's acquire --wait 16s"
+assert_eq "$cand_rc" 7 "never taken over while it renewed within the duration ($(cat "$T/4.err"))"
+assert_eq "$(kapi GET "$LEASES/slow" | jq -r .spec.holderIdentity)" pod-slow "the holder is kept"
+
+section "5. lease run with a clock an hour behind the API server's keeps its lease"
+# The double's Date runs an hour ahead: to it, every renewTime this host
+# writes is an hour old. The holder's own renewals prove its lease alive;
+# a candidate sees them and waits.
+kapi POST /fake/v1/clock '{"offset_s":3600}' >/dev/null
+run_start 5 hold/behind 0
+call "$LEASE" acquire hold/behind --ttl 3s --wait 8s --json
+expect_error 7 "a candidate does not take the renewing holder's lease"
+run_kept 5 "8 s of renewals behind the server's clock"
+kapi POST /fake/v1/clock '{"offset_s":0}' >/dev/null
 
 assert_not_contains "$(cat "$DIR/kube.log" "$T"/*.err)" "$TOKEN" "no token in any log"
 finish

@@ -7,7 +7,7 @@
 #
 # 0. python3-kubernetes' watch (kubernetes.watch.Watch) sees a create, an
 #    update and a delete on the double;
-# 1. the python leader (duration D = 4 s, renewing every 1.3 s) leads;
+# 1. the python leader (duration D = 3 s, renewing every second) leads;
 # 2. `lease elect` campaigns on the same Lease (ttl D): while the python
 #    leader renews (3 D), it never leads (its command never starts, the
 #    Lease's holderIdentity, sampled every 0.5 s, stays the python leader);
@@ -28,7 +28,7 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 KUBE_SH=$HERE/../../scripts/kube-server.sh
 PY=/usr/bin/python3
 LEADER=$HERE/clientgo_leader.py
-D=4
+D=3
 for tool in curl jq ss; do
     if ! command -v "$tool" >/dev/null 2>&1; then
         echo "FATAL: '$tool' is required by kube_interop but was not found in PATH" >&2
@@ -135,7 +135,7 @@ bg_register $!
 PYPID=()
 py_start() {
     "$PY" "$LEADER" --url "http://127.0.0.1:$PORT" --namespace default --name "$NAME" \
-        --identity "py-$1" --duration "$D" --retry 1.3 --token-file "$KDIR/token" \
+        --identity "py-$1" --duration "$D" --retry 1 --token-file "$KDIR/token" \
         --run-seconds 150 2>"$T/py-$1.err" > >(stamp "$T/py-$1") &
     PYPID[$1]=$!
     bg_register $!

@@ -471,313 +471,29 @@ int lease__etcd_pb_request(unsigned char **out, size_t *len, const char *path,
     return 0;
 }
 
-/* ---- what decoding may cost ------------------------------------------ */
-
-/* What a page of a list, a session's keys or anything else but a data
- * read may take to hold, however large the answer: etcd's answers of a few
- * keys take a few KiB, a page of a list (1000 keys, three key-values each)
- * about 3.4 MiB, a session's LeaseTimeToLive about 120 bytes a key. The
- * tests check the costs below against jansson's own allocations
- * (etcd_checks codec, fuzz_etcd_pb). */
-#define HOLD_ANY_BYTES ((size_t)64 << 20)
-#define HOLD_ANY_VALUES ((size_t)1 << 20)
-/* A data read's answer: two key-values, and one value of up to
- * LEASE__VALUE_MAX. jansson's lexer holds a long string up to three times
- * while it reads it, and its value once. */
-#define HOLD_VALUE_VALUES 4096
-#define HOLD_VALUE_TIMES 4
-#define HOLD_VALUE_BASE ((size_t)1 << 20)
-/* Charges between two readings of the clock. */
-#define SPEND_TICKS 1024
-
-lease__etcd_budget lease__etcd_budget_of(int hold, size_t len, int64_t end_ns)
-{
-    lease__etcd_budget b = { HOLD_ANY_BYTES, HOLD_ANY_VALUES, end_ns };
-
-    if (hold == LEASE__ETCD_HOLD_VALUE) {
-        /* Saturated well below SIZE_MAX, so that a count past it cannot
-         * wrap (a size_t of 32 bits). */
-        b.bytes = len > (SIZE_MAX / 4 - HOLD_VALUE_BASE) / HOLD_VALUE_TIMES
-                      ? SIZE_MAX / 4
-                      : HOLD_VALUE_BASE + len * HOLD_VALUE_TIMES;
-        b.values = HOLD_VALUE_VALUES;
-    }
-    return b;
-}
-
-/*
- * What jansson 2.14 allocates for a value, as malloc hands it out (glibc:
- * 8 bytes of header, steps of 16, 32 at least: spend_chunk), measured and
- * taken as upper bounds:
- *   an object: 224 (its table of 8 buckets), and for each member its pair
- *   (56 bytes and the name: spend_member); past 8 members the table
- *   doubles, the old one freed after the new is made: 48 a member covers it;
- *   an array: 128, and 24 an element (its table doubles likewise);
- *   a string: 48 and its text; a number 32; true, false and null none.
- */
-enum {
-    COST_OBJECT = 224,
-    COST_REHASH = 48,
-    COST_ARRAY = 128,
-    COST_ELEMENT = 24,
-    COST_STRING = 48,
-    COST_NUMBER = 32
-};
-
-static size_t spend_chunk(size_t n)
-{
-    n = (n + 8 + 15) & ~(size_t)15;
-    return n < 32 ? 32 : n;
-}
-
-static size_t spend_member(size_t name_len)
-{
-    return spend_chunk(56 + name_len + 1);
-}
-
-/* One decoding's count against its budget. */
-typedef struct {
-    const lease__etcd_budget *b;
-    size_t bytes, values;
-    unsigned ticks;   /* charges since the clock was read */
-    int over;         /* SPEND_MEMORY or SPEND_LATE once past the budget */
-} spend;
-
-enum { SPEND_MEMORY = 1, SPEND_LATE };
-
-/* Values of `bytes` in all are about to be made: -1 when that is past the
- * budget, or its deadline has passed (s->over says which). The counts stay
- * below the budget but for the last charge, a field of the answer at
- * most: they cannot wrap. */
-static int spend_add(spend *s, size_t bytes, size_t values)
-{
-    s->bytes += bytes;
-    s->values += values;
-    if (s->bytes > s->b->bytes || s->values > s->b->values)
-        s->over = SPEND_MEMORY;
-    else if (s->b->end_ns != 0 && ++s->ticks >= SPEND_TICKS) {
-        s->ticks = 0;
-        if (lease_clock_ns() >= s->b->end_ns)
-            s->over = SPEND_LATE;
-    }
-    return s->over ? -1 : 0;
-}
-
-/* Why decoding stopped, after `what` ("field kvs: "): -1, or
- * LEASE__ETCD_LATE for the deadline. */
-static int spend_why(const spend *s, const char *what, char *err, size_t errsize)
-{
-    if (s->over == SPEND_LATE) {
-        snprintf(err, errsize, "%sthe call's timeout ran out while it was decoded", what);
-        return LEASE__ETCD_LATE;
-    }
-    snprintf(err, errsize, "%sthe answer would take more than %zu MiB or %zu values to hold",
-             what, s->b->bytes >> 20, s->b->values);
-    return -1;
-}
-
-/* ---- the gateway's JSON, counted before it is parsed ------------------- */
-
-/* Containers whose kind the count keeps track of; deeper ones are counted
- * as both (an element's slot, a member's table growth). */
-#define SCAN_DEPTH 64
-
-typedef struct {
-    spend *s;
-    size_t longest;   /* the longest token: the lexer's buffer holds it */
-    size_t last;      /* the length of the last string (a member's name) */
-    size_t run;       /* the length of a token outside strings so far */
-    char first;       /* its first character */
-    int want_name;    /* the next string is a member's name */
-    size_t depth;
-    unsigned char is_object[SCAN_DEPTH];
-    size_t members[SCAN_DEPTH];
-} json_scan;
-
-/* A value starts: its slot, when it is an array's element. */
-static size_t scan_slot(const json_scan *j)
-{
-    if (j->depth == 0 || (j->depth <= SCAN_DEPTH && j->is_object[j->depth - 1]))
-        return 0;
-    return COST_ELEMENT;
-}
-
-/* A member's pair (its name the last string), and the growth of the
- * object's table: jansson doubles it when the ninth, seventeenth ...
- * member comes. */
-static int scan_member(json_scan *j)
-{
-    size_t c = spend_member(j->last), *m;
-
-    if (j->depth == 0 || j->depth > SCAN_DEPTH)
-        return spend_add(j->s, c + COST_REHASH, 0);
-    m = &j->members[j->depth - 1];
-    if (*m >= 8 && (*m & (*m - 1)) == 0)
-        c += spend_chunk(*m * 2 * 16);
-    (*m)++;
-    return spend_add(j->s, c, 0);
-}
-
-/* A string of n characters (escapes counted as they are written) closed:
- * the lexer's copy of it (the quotes too) becomes the value, or is held
- * while the member it names is read. */
-static int scan_string(json_scan *j, size_t n)
-{
-    int name = j->want_name;
-
-    j->last = n;
-    j->want_name = 0;
-    if (n + 2 > j->longest)
-        j->longest = n + 2;
-    return spend_add(j->s, spend_chunk(n + 3) + (name ? 0 : COST_STRING + scan_slot(j)), 1);
-}
-
-/* The token outside strings that ended: a number (32 bytes), or true,
- * false, null (none), or not JSON. */
-static int scan_token(json_scan *j)
-{
-    int number = j->first == '-' || (j->first >= '0' && j->first <= '9');
-
-    if (j->run == 0)
-        return 0;
-    if (j->run > j->longest)
-        j->longest = j->run;
-    j->run = 0;
-    return spend_add(j->s, (number ? COST_NUMBER : 0) + scan_slot(j), 1);
-}
-
-static int scan_open(json_scan *j, int object)
-{
-    size_t c = scan_slot(j) + (object ? COST_OBJECT : COST_ARRAY);
-
-    if (j->depth < SCAN_DEPTH) {
-        j->is_object[j->depth] = (unsigned char)object;
-        j->members[j->depth] = 0;
-    }
-    j->depth++;
-    j->want_name = object;
-    return spend_add(j->s, c, 1);
-}
-
-/* One structural character outside strings (the token before it ended). */
-static int scan_char(json_scan *j, char c)
-{
-    switch (c) {
-    case '{': return scan_open(j, 1);
-    case '[': return scan_open(j, 0);
-    case '}':
-    case ']':
-        if (j->depth > 0)
-            j->depth--;
-        return 0;
-    case ':': return scan_member(j);
-    case ',':
-        j->want_name = j->depth > 0 && j->depth <= SCAN_DEPTH && j->is_object[j->depth - 1];
-        return 0;
-    default: return 0;
-    }
-}
-
-/* Count what parsing the text may take, before it is parsed: what its
- * values take, and the lexer's buffer (grown by doubling, the old one
- * freed after the new is made: three times the longest token). */
-static int json_scan_text(spend *s, const char *t, size_t len)
-{
-    json_scan j;
-    size_t i, start = 0;
-    int in_string = 0, rc = 0;
-
-    memset(&j, 0, sizeof(j));
-    j.s = s;
-    for (i = 0; i < len && rc == 0; i++) {
-        char c = t[i];
-
-        if (in_string) {
-            if (c == '\\')
-                i++;
-            else if (c == '"' && (in_string = 0) == 0)
-                rc = scan_string(&j, i - start);
-            continue;
-        }
-        if (c != '"' && (c == '\0' || strchr("{}[]:, \t\r\n", c) == NULL)) {
-            if (j.run++ == 0)
-                j.first = c;
-            continue;
-        }
-        rc = scan_token(&j); /* the token before this character ended */
-        if (rc == 0 && c == '"') {
-            in_string = 1;
-            start = i + 1;
-        } else if (rc == 0) {
-            rc = scan_char(&j, c);
-        }
-    }
-    if (rc == 0 && in_string)
-        rc = scan_string(&j, len - start);
-    if (rc == 0)
-        rc = scan_token(&j);
-    return rc < 0 ? rc : spend_add(s, 3 * spend_chunk(j.longest + 3), 0);
-}
-
-/* json_load_callback's reader of the text, which stops at the deadline. */
-typedef struct {
-    const char *t;
-    size_t len, at;
-    spend *s;
-} json_feed;
-
-/* jansson asks for 1 KiB at a time: the clock is read at each. */
-static size_t json_feed_read(void *buffer, size_t buflen, void *data)
-{
-    json_feed *f = data;
-    size_t n = f->len - f->at < buflen ? f->len - f->at : buflen;
-
-    if (n > 0 && f->s->b->end_ns != 0 && lease_clock_ns() >= f->s->b->end_ns) {
-        f->s->over = SPEND_LATE;
-        return (size_t)-1; /* jansson's "error": the parse stops here */
-    }
-    memcpy(buffer, f->t + f->at, n);
-    f->at += n;
-    return n;
-}
-
-int lease__etcd_json_load(json_t **out, const char *data, size_t len,
-                          const lease__etcd_budget *budget, char *err, size_t errsize)
-{
-    spend s = { budget, 0, 0, 0, 0 };
-    json_feed f = { data, len, 0, &s };
-
-    *out = NULL;
-    err[0] = '\0';
-    if (json_scan_text(&s, data, len) < 0)
-        return spend_why(&s, "", err, errsize);
-    *out = json_load_callback(json_feed_read, &f, 0, NULL);
-    if (*out == NULL && s.over)
-        return spend_why(&s, "", err, errsize);
-    return *out ? 0 : -1;
-}
-
 /* ---- protobuf --------------------------------------------------------- */
 
 typedef struct {
     const unsigned char *p, *end;
-    spend *s;
+    lease__json_spend *s;
 } rd;
 
 /* A field of `n` bytes arrives: charge what its JSON takes. */
 static int charge(rd *r, const pb_field *f, uint64_t n)
 {
-    size_t c = f->repeated ? COST_ELEMENT : spend_member(strlen(f->name));
+    size_t c = f->repeated ? LEASE__JSON_COST_ELEMENT : lease__json_member(strlen(f->name));
 
     switch (f->type) {
-    case PB_MSG: c += COST_OBJECT; break;
-    case PB_BYTES: c += COST_STRING + spend_chunk((size_t)(n + 2) / 3 * 4 + 1); break;
-    case PB_STRING: c += COST_STRING + spend_chunk((size_t)n + 1); break;
+    case PB_MSG: c += LEASE__JSON_COST_OBJECT; break;
+    case PB_BYTES:
+        c += LEASE__JSON_COST_STRING + lease__json_chunk((size_t)(n + 2) / 3 * 4 + 1);
+        break;
+    case PB_STRING: c += LEASE__JSON_COST_STRING + lease__json_chunk((size_t)n + 1); break;
     case PB_BOOL: break;
     /* An int64 as a decimal string, an enum by its name (or a number). */
-    default: c += COST_STRING + spend_chunk(21); break;
+    default: c += LEASE__JSON_COST_STRING + lease__json_chunk(21); break;
     }
-    return spend_add(r->s, c, 1);
+    return lease__json_spend_add(r->s, c, 1);
 }
 
 static int get_varint(uint64_t *v, rd *r)
@@ -946,7 +662,7 @@ static int over_or_oom(const rd *r, const pb_field *f, char *err, size_t errsize
 
     snprintf(what, sizeof(what), "field %s: ", f->name);
     if (r->s->over)
-        spend_why(r->s, what, err, errsize);
+        lease__json_spend_why(r->s, what, err, errsize);
     else
         snprintf(err, errsize, "%sout of memory", what);
     return -1;
@@ -971,8 +687,8 @@ static int decode_msg(json_t *obj, const pb_msg *m, rd *r, int depth, char *err,
         }
         wire = (unsigned)(tag & 7);
         if ((f = field_numbered(m, tag >> 3)) == NULL) {
-            if (spend_add(r->s, 0, 0) < 0) {
-                spend_why(r->s, "", err, errsize);
+            if (lease__json_spend_add(r->s, 0, 0) < 0) {
+                lease__json_spend_why(r->s, "", err, errsize);
                 return -1;
             }
             if (skip(r, wire) < 0) {
@@ -985,7 +701,9 @@ static int decode_msg(json_t *obj, const pb_msg *m, rd *r, int depth, char *err,
         if (m->oneof)
             oneof_clear(obj, m, f);
         if (f->repeated && json_object_get(obj, f->name) == NULL &&
-            (spend_add(r->s, COST_ARRAY + spend_member(strlen(f->name)), 1) < 0 ||
+            (lease__json_spend_add(r->s,
+                                   LEASE__JSON_COST_ARRAY + lease__json_member(strlen(f->name)),
+                                   1) < 0 ||
              json_object_set_new(obj, f->name, json_array()) < 0))
             return over_or_oom(r, f, err, errsize);
         if (f->type == PB_BYTES || f->type == PB_STRING || f->type == PB_MSG) {
@@ -1021,7 +739,8 @@ int lease__etcd_pb_answer(json_t **out, const char *path, const unsigned char *b
 {
     int i = call_of(path);
     uint32_t n;
-    spend s = { budget, 0, 0, 0, 0 };
+    size_t top;
+    lease__json_spend s = { budget, 0, 0, 0, 0 };
     json_t *obj;
     rd r = { body + 5, body + len, &s };
 
@@ -1045,16 +764,18 @@ int lease__etcd_pb_answer(json_t **out, const char *path, const unsigned char *b
         return -1;
     }
     /* The answer's object, and the one a stream's goes in. */
-    if (spend_add(&s, COST_OBJECT + (calls[i].stream ? COST_OBJECT + spend_member(6) : 0),
-                  1 + calls[i].stream) < 0)
-        return spend_why(&s, "", err, errsize);
+    top = LEASE__JSON_COST_OBJECT;
+    if (calls[i].stream)
+        top += LEASE__JSON_COST_OBJECT + lease__json_member(6);
+    if (lease__json_spend_add(&s, top, 1 + calls[i].stream) < 0)
+        return lease__json_spend_why(&s, "", err, errsize);
     if ((obj = json_object()) == NULL) {
         snprintf(err, errsize, "out of memory");
         return -1;
     }
     if (decode_msg(obj, calls[i].res, &r, 0, err, errsize) < 0) {
         json_decref(obj);
-        return s.over == SPEND_LATE ? LEASE__ETCD_LATE : -1;
+        return s.over == LEASE__JSON_SPEND_LATE ? LEASE__ETCD_LATE : -1;
     }
     if (calls[i].stream) {
         json_t *wrap = json_object();

@@ -23,6 +23,8 @@
 #include <stdint.h>
 #include <jansson.h>
 
+#include "json_budget.h"
+
 /* The gRPC method ("/etcdserverpb.KV/Txn") of a call the store makes at
  * gateway path `path` ("/v3/kv/txn"); NULL for one that stays on the
  * gateway (the watch). */
@@ -36,34 +38,17 @@ const char *lease__etcd_pb_method(const char *path);
 int lease__etcd_pb_request(unsigned char **out, size_t *len, const char *path,
                            json_t *req, char *err, size_t errsize);
 
-/*
- * What decoding one answer may cost, in memory and in time, whichever the
- * transport: the protobuf decoder counts what it builds as it goes, the
- * JSON loader counts the gateway's text before it parses it. Memory is
- * what the answer's JSON values take to hold (what jansson allocates for
- * each, malloc's rounding included, its lexer's buffer for the JSON; a
- * field's base64 while it is encoded aside) and how many values there
- * are; decoding stops at end_ns. jansson spends about 224 bytes on an
- * object, so the cost of an answer is not its size: 32 MiB of empty
- * entries would take 2 GiB.
- */
-typedef struct lease__etcd_budget {
-    size_t bytes;    /* the most the decoded answer may take to hold */
-    size_t values;   /* the most JSON values it may have */
-    int64_t end_ns;  /* the deadline on lease_clock_ns(); 0: none */
-} lease__etcd_budget;
+/* What decoding an answer may cost (json_budget.h), by the names the
+ * store has always used. */
+typedef lease__json_budget lease__etcd_budget;
+#define LEASE__ETCD_HOLD_ANY LEASE__JSON_HOLD_ANY
+#define LEASE__ETCD_HOLD_VALUE LEASE__JSON_HOLD_VALUE
+#define LEASE__ETCD_LATE LEASE__JSON_LATE
 
-/* What an answer is expected to hold, which sets its budget. */
-enum {
-    LEASE__ETCD_HOLD_ANY,  /* anything: 64 MiB and 2^20 values, whatever its size */
-    LEASE__ETCD_HOLD_VALUE /* one value (a data read): 1 MiB + 4 x the answer, 4096 values */
-};
-
-/* The budget of an answer of len bytes that holds `hold`, decoded by end_ns. */
-lease__etcd_budget lease__etcd_budget_of(int hold, size_t len, int64_t end_ns);
-
-/* What the decoders answer when the budget's deadline passed first. */
-#define LEASE__ETCD_LATE (-2)
+static inline lease__etcd_budget lease__etcd_budget_of(int hold, size_t len, int64_t end_ns)
+{
+    return lease__json_budget_of(hold, len, end_ns);
+}
 
 /*
  * The gateway's JSON for the body of etcd's gRPC answer to a call to
@@ -76,14 +61,13 @@ int lease__etcd_pb_answer(json_t **out, const char *path, const unsigned char *b
                           size_t len, const lease__etcd_budget *budget, char *err,
                           size_t errsize);
 
-/*
- * The gateway's JSON answer of `len` bytes parsed (jansson) into *out: 0;
- * -1 when it is not JSON (err[0] is '\0') or (err set) what it would take
- * to hold is past the budget, counted before anything is parsed;
- * LEASE__ETCD_LATE when the budget's deadline passed first.
- */
-int lease__etcd_json_load(json_t **out, const char *data, size_t len,
-                          const lease__etcd_budget *budget, char *err, size_t errsize);
+/* The gateway's JSON answer: lease__json_load (json_budget.h). */
+static inline int lease__etcd_json_load(json_t **out, const char *data, size_t len,
+                                        const lease__etcd_budget *budget, char *err,
+                                        size_t errsize)
+{
+    return lease__json_load(out, data, len, budget, err, errsize);
+}
 
 /* An int64 field of the gateway's JSON: proto3's JSON mapping writes them
  * as strings of digits; a JSON integer is taken too. 0, or -1 (and *out

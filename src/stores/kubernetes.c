@@ -88,6 +88,7 @@
 #include <unistd.h>
 #include <jansson.h>
 
+#include "json_budget.h"
 #include "store_int.h"
 #include "store_http.h"
 
@@ -542,6 +543,33 @@ static int kube_exchange(lease__http_answer *a, kube_store *s, const char *metho
 }
 
 /*
+ * An answer's JSON text decoded within what it may cost (json_budget.h:
+ * what jansson would hold is counted over the text before it is parsed,
+ * 64 MiB and 2^20 values at most, where 4 MiB of "{}," would take 300 MB)
+ * and by the deadline end_ns: 0 with *out (NULL for an empty answer or
+ * one that is not JSON: the caller says what it expected), or
+ * LEASE_ESTORE with why (the outcome of a write is then unknown).
+ */
+static int kube_json(json_t **out, const char *data, size_t len, int64_t end_ns,
+                     const char *what)
+{
+    lease__json_budget b = lease__json_budget_of(LEASE__JSON_HOLD_ANY, len, end_ns);
+    char err[160];
+    int rc;
+
+    *out = NULL;
+    if (len == 0)
+        return 0;
+    rc = lease__json_load(out, data, len, &b, err, sizeof(err));
+    if (rc == LEASE__JSON_LATE)
+        return lease__seterr(LEASE_ESTORE, "kubernetes %s: timed out decoding the answer: "
+                             "%s (the outcome is unknown)", what, err);
+    if (rc < 0 && err[0] != '\0')
+        return lease__seterr(LEASE_ESTORE, "kubernetes %s: malformed answer: %s", what, err);
+    return 0;
+}
+
+/*
  * method path [body]: 0 with *out the JSON object of a 2xx answer,
  * KUBE_NOTFOUND, KUBE_CONFLICT (409: a stale resourceVersion or
  * AlreadyExists), or an error with its message. *date_s: the Date header.
@@ -563,8 +591,10 @@ static int kube_call(json_t **out, int64_t *date_s, kube_store *s, const char *m
         return rc;
     if (date_s)
         *date_s = a.date_s;
-    j = a.len ? json_loadb(a.data, a.len, 0, NULL) : NULL;
+    rc = kube_json(&j, a.data, a.len, s->end_ns, what);
     lease__http_answer_free(&a);
+    if (rc < 0)
+        return rc;
     if (a.status >= 200 && a.status < 300 && json_is_object(j)) {
         *out = j;
         return 0;
@@ -1101,11 +1131,17 @@ static void kube_fill_info(lease_info *info, kube_store *s, const char *name,
 static json_t *kube_history_of(json_t *obj)
 {
     const char *t = kube_annotation(obj, "liblease/history");
-    json_t *h = t ? json_loads(t, 0, NULL) : NULL;
+    lease__json_budget b = lease__json_budget_of(LEASE__JSON_HOLD_ANY, t ? strlen(t) : 0, 0);
+    char err[160];
+    json_t *h = NULL;
 
-    /* Anything but an array (someone else's edit) starts a new record
-     * rather than keep the key from being granted: the history is a
-     * record of grants, not what decides them. NULL: out of memory. */
+    /* Anything but an array (someone else's edit, or one that would cost
+     * more than an answer may: json_budget.h) starts a new record rather
+     * than keep the key from being granted: the history is a record of
+     * grants, not what decides them. NULL: out of memory. Its text came
+     * in an answer already decoded within the call's deadline. */
+    if (t)
+        lease__json_load(&h, t, strlen(t), &b, err, sizeof(err));
     if (!json_is_array(h)) {
         json_decref(h);
         h = json_array();
@@ -1828,23 +1864,29 @@ typedef struct {
     kube_store *s;
     const char *name;
     char holder[LEASE_OWNER_BUFSZ + 1024];
+    int rc;             /* an event that could not be decoded: its error */
 } watch_ctx;
 
 /* One watch event: stop when the holder changed or the object went, or on
  * an ERROR (410 Gone ...: the core reads again), or on an object that does
  * not read as a Lease (the core's read says what is wrong). A renewal is
  * noted as a new record seen (rule (a) restarts; rule (b) may learn that
- * the holder's clock is behind). */
+ * the holder's clock is behind). An event that would cost more to decode
+ * than an answer may, or not by the wait's deadline, ends the wait with
+ * its error (w->rc). */
 static int kube_on_event(const char *line, size_t n, void *arg)
 {
     watch_ctx *w = arg;
-    json_t *ev = json_loadb(line, n, 0, NULL), *obj = json_object_get(ev, "object");
-    const char *type = json_string_value(json_object_get(ev, "type"));
-    const char *name = json_string_value(json_object_get(json_object_get(obj, "metadata"),
-                                                         "name"));
+    json_t *ev, *obj;
+    const char *type, *name;
     kube_lease l;
     int stop = 0;
 
+    if ((w->rc = kube_json(&ev, line, n, w->s->end_ns, "watch")) < 0)
+        return 1;
+    obj = json_object_get(ev, "object");
+    type = json_string_value(json_object_get(ev, "type"));
+    name = json_string_value(json_object_get(json_object_get(obj, "metadata"), "name"));
     if (type == NULL || strcmp(type, "ERROR") == 0)
         stop = 1; /* a Status, or not an event: end the wait, the core retries */
     else if (name && strcmp(name, w->name) == 0) {
@@ -1895,11 +1937,13 @@ static int kube_watch(kube_store *s, watch_ctx *w, const char *rv, uint64_t boun
              w->name, erv, (unsigned long long)(bound_ms / 1000 + 1));
     s->end_ns = lease_clock_ns() + (int64_t)bound_ms * 1000000;
     rc = kube_exchange(&a, s, "GET", path, NULL, NULL, "watch", kube_on_event, w);
-    if (rc == 0 && !a.stopped && a.status >= 300) {
-        json_t *j = a.len ? json_loadb(a.data, a.len, 0, NULL) : NULL;
+    if (rc == 0 && w->rc < 0)
+        rc = w->rc;
+    else if (rc == 0 && !a.stopped && a.status >= 300) {
+        json_t *j;
 
         /* 410 Gone: the rv left the server's window; the core reads again. */
-        if (a.status != 410)
+        if ((rc = kube_json(&j, a.data, a.len, s->end_ns, "watch")) == 0 && a.status != 410)
             rc = kube_refused(s, a.status, j, "watch");
         json_decref(j);
     }
@@ -2105,7 +2149,10 @@ static int kube_probe(kube_store *s)
 
     if (rc < 0)
         return rc;
-    j = a.len ? json_loadb(a.data, a.len, 0, NULL) : NULL;
+    if ((rc = kube_json(&j, a.data, a.len, s->end_ns, "connect")) < 0) {
+        lease__http_answer_free(&a);
+        return rc;
+    }
     json_array_foreach(json_object_get(j, "resources"), i, r)
         found |= json_is_string(json_object_get(r, "name")) &&
                  strcmp(json_string_value(json_object_get(r, "name")), "leases") == 0;

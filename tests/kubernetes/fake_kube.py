@@ -26,11 +26,19 @@ discovery documents for kubectl; every answer carries a Date header.
 Test hooks, outside the API paths (loopback clients, the allowed token):
   POST /fake/v1/faults {"status":429,"retry_after":2,"count":1,
                         "path_prefix":"/apis/","method":"PUT",
-                        "commit":false,"close":false}
+                        "commit":false,"close":false,"verb":"watch"}
        the next COUNT matching requests answer STATUS (a Status body;
        Retry-After when given). "commit": the request is carried out
        first and its answer replaced (a write whose answer is lost);
-       "close": the connection is closed without an answer.
+       "close": the connection is closed without an answer; "verb":
+       only requests of that verb (get, list, watch, update ...).
+       Hostile answers instead of a Status ("status" is then ignored):
+       "answer":"bloat" a 200 whose body (a watch: one event line) is
+       [{},{},...] of "bytes" (default just under 4 MiB); "answer":"raw"
+       a 200 whose body is "text" as given (a watch: one line of it);
+       "answer":"repeat_continue" a list page that ignores the continue
+       token it was given and answers the first page with one fixed
+       continue token.
   POST /fake/v1/delay {"ms":N,"count":M,"path_prefix":..., "method":...}
   POST /fake/v1/clock {"offset_s":N}   the Date header runs N s ahead
   POST /fake/v1/reset                  clears faults, delays and offset
@@ -465,20 +473,21 @@ class Store:
                     self.stats["watches"] += 1
 
     @staticmethod
-    def _take(lst, method, path):
+    def _take(lst, method, path, verb=None):
         for h in lst:
             if path.startswith(h.get("path_prefix", "/apis/")) and \
-                    h.get("method", method).upper() == method:
+                    h.get("method", method).upper() == method and \
+                    h.get("verb", verb) == verb:
                 h["count"] -= 1
                 if h["count"] <= 0:
                     lst.remove(h)
                 return dict(h)
         return None
 
-    def take_hooks(self, method, path):
+    def take_hooks(self, method, path, verb=None):
         with self.cond:
-            return (self._take(self.faults, method, path),
-                    self._take(self.delays, method, path))
+            return (self._take(self.faults, method, path, verb),
+                    self._take(self.delays, method, path, verb))
 
     # --- writes ----------------------------------------------------------
     def _commit(self, ns, name, typ, obj, old):
@@ -797,13 +806,15 @@ class Handler(BaseHTTPRequestHandler):
     def api(self, path, q, raw, who):
         verb = self.verb_of(path, q)
         self.store.count(verb)
-        fault, delay = self.store.take_hooks(self.command, path)
+        fault, delay = self.store.take_hooks(self.command, path, verb)
         if delay:
             time.sleep(delay["ms"] / 1000.0)
         if fault and fault.get("close"):
             self.close_connection = True
             self.connection.shutdown(socket.SHUT_RDWR)
             return self.log_line("closed")
+        if fault and fault.get("answer"):
+            return self.hostile(fault, self.verb_of(path, q), q)
         if fault and not fault.get("commit"):
             raise fault_error(fault)
         if self.command == "GET":
@@ -837,6 +848,40 @@ class Handler(BaseHTTPRequestHandler):
         if fault:                               # "commit": done, answer lost
             raise fault_error(fault)
         self.reply(code, obj)
+
+    def hostile(self, f, verb, q):
+        """A hostile answer of the faults hook (see the docstring)."""
+        if f["answer"] == "repeat_continue":
+            q = dict(q, limit=q.get("limit") or "1")
+            q.pop("continue", None)
+            m = LEASES_RE.match(urlsplit(self.path).path)
+            page = list_page(self.store, m.group(1) if m else None, q)
+            page["metadata"]["continue"] = "c2FtZS1wYWdlLWFnYWlu"
+            return self.reply(200, page)
+        text = f["text"]
+        if f["answer"] == "bloat":
+            n = max(2, f["bytes"]) // 3
+            text = "[" + ",".join(["{}"] * n) + "]"
+        if verb != "watch":
+            return self.reply_json_text(text)
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        self.log_line("200 hostile watch")
+        data = (text + "\n").encode()
+        self.wfile.write(b"%x\r\n%s\r\n0\r\n\r\n" % (len(data), data))
+        self.wfile.flush()
+
+    def reply_json_text(self, text):
+        data = (text + "\n").encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(data)
+        self.log_line(200)
 
     def namespaces(self, rest):
         """GET /api/v1/namespaces[/NAME]: every DNS-1123 label is a namespace
@@ -1052,6 +1097,12 @@ class Handler(BaseHTTPRequestHandler):
                     f["retry_after"] = int(body["retry_after"])
                 if body.get("method"):
                     f["method"] = str(body["method"]).upper()
+                if body.get("verb"):
+                    f["verb"] = str(body["verb"])
+                if body.get("answer") in ("bloat", "raw", "repeat_continue"):
+                    f["answer"] = body["answer"]
+                    f["bytes"] = int(body.get("bytes", 4 * 1024 * 1024 - 4096))
+                    f["text"] = str(body.get("text", ""))
                 st.faults.append(f)
             elif path == "/fake/v1/delay":
                 d = {"ms": int(body.get("ms", 0)), "count": int(body.get("count", 1)),

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# kube_hostile.sh - the Kubernetes store against answers it cannot trust,
+# from fake_kube.py's hostile answers (POST /fake/v1/faults "answer"):
+#  1. a 4 MiB [{},{},...] body (some 1.4 million objects, which jansson
+#     would hold in 300 MB) on a get, a list and a watch event: refused
+#     before it is parsed, the client's peak RSS under 150 MB
+#     (/usr/bin/time); a get or a list fails cleanly (ESTORE, exit 6), a
+#     wait runs to its end (ETIMEOUT, exit 7: the core retries a failed
+#     watch as any store failure);
+#
+#   kube_hostile.sh LEASE_BINARY SOURCE_DIR
+. "$(dirname "$0")/../cli/lib.sh" "$1"
+
+SRC=${2:?usage: kube_hostile.sh LEASE SOURCE_DIR}
+. "$(dirname "$0")/kube_lib.sh"
+[ -x /usr/bin/time ] || die "/usr/bin/time (Debian package time) is required"
+
+start_double main
+L=$LEASE
+
+# bloated WHAT VERB RC: arm 4 MiB [{},...] answers to the next ten requests
+# of VERB (a wait's first watches last its short pauses, which may end
+# before 4 MiB arrive); the call that follows (the rest of the arguments)
+# exits RC within 150 MB of peak RSS.
+bloated() {
+    local what=$1 verb=$2 rc=$3 rss
+    shift 3
+    kapi POST /fake/v1/faults "{\"answer\":\"bloat\",\"verb\":\"$verb\",\"count\":10}" >/dev/null
+    call /usr/bin/time -f %M -o "$T/rss" "$L" --store "$URL" "$@"
+    expect_rc "$rc" "a 4 MiB [{},...] answer to a $what"
+    rss=$(tail -n 1 "$T/rss")
+    if [ "$rss" -lt 153600 ]; then pass; else
+        fail "a 4 MiB [{},...] answer to a $what: peak RSS $rss KiB, over 150 MiB"
+    fi
+    kapi POST /fake/v1/reset >/dev/null
+}
+
+section "a 4 MiB answer of empty objects"
+call "$L" --store "$URL" acquire bloat-held --ttl 60s --json
+expect_rc 0 "a held key, for the wait"
+bloated get get 6 show bloat-held
+assert_contains "$ERR" "to hold" "the get's message says the answer costs too much"
+bloated list list 6 ls
+assert_contains "$ERR" "to hold" "the list's message says the answer costs too much"
+# A wait's watch that fails is a store failure the wait retries (the core
+# sleeps out its pause and asks again): the wait runs to its end.
+w0=$(kapi GET /fake/v1/stats | jq -r .watches)
+bloated "watch event" watch 7 acquire bloat-held --ttl 5s --wait 3s
+assert_gt "$(kapi GET /fake/v1/stats | jq -r .watches)" "$w0" "the waiter watched"
+
+finish

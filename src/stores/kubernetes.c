@@ -347,29 +347,49 @@ static void kube_microtime(char out[64], int64_t us)
              (int)(us % 1000000));
 }
 
-/* RFC 3339 with an optional fraction, "Z" or "+hh:mm"; -1 if not. */
+/* The n digits at t as a number in lo .. hi; -1 for anything else (a
+ * sign, a space: sscanf's %d would take "-1"). t holds n characters. */
+static int kube_digits(const char *t, int n, int lo, int hi)
+{
+    int v = 0, i;
+
+    for (i = 0; i < n; i++) {
+        if (t[i] < '0' || t[i] > '9')
+            return -1;
+        v = v * 10 + (t[i] - '0');
+    }
+    return v >= lo && v <= hi ? v : -1;
+}
+
+/* RFC 3339, "YYYY-MM-DDTHH:MM:SS[.fraction](Z|+hh:mm|-hh:mm)", digits
+ * only where it has digits, each field in its range (second 60: a leap
+ * second); -1 if not. */
 static int kube_parse_time(int64_t *us, const char *t)
 {
     struct tm tm;
-    int y, mo, d, h, mi, s, n = 0, oh = 0, om = 0, sign = 0;
+    int y, mo, d, h, mi, s, oh = 0, om = 0, sign = 0;
     int64_t frac = 0, scale = 1000000;
     const char *p;
 
     memset(&tm, 0, sizeof(tm));
-    if (t == NULL || strlen(t) > 40 ||
-        sscanf(t, "%4d-%2d-%2dT%2d:%2d:%2d%n", &y, &mo, &d, &h, &mi, &s, &n) != 6 ||
-        n != 19 || y < 1970 || y > 9999 || mo < 1 || mo > 12 || d < 1 || d > 31 ||
-        h > 23 || mi > 59 || s > 60)
+    if (t == NULL || strlen(t) < 20 || strlen(t) > 40 || t[4] != '-' || t[7] != '-' ||
+        t[10] != 'T' || t[13] != ':' || t[16] != ':' ||
+        (y = kube_digits(t, 4, 1970, 9999)) < 0 || (mo = kube_digits(t + 5, 2, 1, 12)) < 0 ||
+        (d = kube_digits(t + 8, 2, 1, 31)) < 0 || (h = kube_digits(t + 11, 2, 0, 23)) < 0 ||
+        (mi = kube_digits(t + 14, 2, 0, 59)) < 0 || (s = kube_digits(t + 17, 2, 0, 60)) < 0)
         return -1;
-    p = t + n;
-    if (*p == '.')
+    p = t + 19;
+    if (*p == '.') {
+        if (p[1] < '0' || p[1] > '9')
+            return -1; /* a fraction has a digit at least */
         for (p++; *p >= '0' && *p <= '9'; p++)
             if (scale > 1)
                 frac += (*p - '0') * (scale /= 10);
+    }
     if (*p == 'Z' && p[1] == '\0')
         sign = 0;
-    else if ((*p == '+' || *p == '-') && sscanf(p + 1, "%2d:%2d", &oh, &om) == 2 &&
-             strlen(p) == 6 && oh < 24 && om < 60)
+    else if ((*p == '+' || *p == '-') && strlen(p) == 6 && p[3] == ':' &&
+             (oh = kube_digits(p + 1, 2, 0, 23)) >= 0 && (om = kube_digits(p + 4, 2, 0, 59)) >= 0)
         sign = *p == '+' ? 1 : -1;
     else
         return -1;

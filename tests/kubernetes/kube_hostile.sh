@@ -7,6 +7,9 @@
 #     (/usr/bin/time); a get or a list fails cleanly (ESTORE, exit 6), a
 #     wait runs to its end (ETIMEOUT, exit 7: the core retries a failed
 #     watch as any store failure);
+#  2. a renewTime with signs, spaces or fields out of range where RFC 3339
+#     has digits is a malformed answer (ESTORE), a good one with an offset
+#     is read;
 #
 #   kube_hostile.sh LEASE_BINARY SOURCE_DIR
 . "$(dirname "$0")/../cli/lib.sh" "$1"
@@ -47,5 +50,31 @@ assert_contains "$ERR" "to hold" "the list's message says the answer costs too m
 w0=$(kapi GET /fake/v1/stats | jq -r .watches)
 bloated "watch event" watch 7 acquire bloat-held --ttl 5s --wait 3s
 assert_gt "$(kapi GET /fake/v1/stats | jq -r .watches)" "$w0" "the waiter watched"
+
+section "times that are not RFC 3339"
+# raw_get NAME RENEWTIME: the next get of NAME answers a Lease whose
+# renewTime is RENEWTIME (the double itself refuses such a write).
+raw_get() {
+    local obj
+    obj=$(jq -cn --arg n "$1" --arg t "$2" '{kind: "Lease", apiVersion:
+        "coordination.k8s.io/v1", metadata: {name: $n, namespace: "default",
+        resourceVersion: "7"}, spec: {holderIdentity: "pod-x",
+        leaseDurationSeconds: 10, renewTime: $t, acquireTime: $t}}')
+    kapi POST /fake/v1/faults "$(jq -cn --arg p "$LEASES/$1" --arg t "$obj" \
+        '{answer: "raw", verb: "get", path_prefix: $p, text: $t, count: 1}')" >/dev/null
+}
+for t in "2026-12-01T-1:-1:-1Z" "2026-12-01T 1: 2: 3Z" "2026-12-01T24:00:00Z" \
+         "2026-13-01T01:02:03Z" "2026-12-01T01:02:03+-1:00" "2026-12-01T01:02:03+01:60" \
+         "2026-12-01T01:02:03.Z" "+026-12-01T01:02:03Z"; do
+    raw_get badtime "$t"
+    call "$L" --store "$URL" show badtime
+    expect_error 6 "renewTime '$t' is a malformed answer"
+    assert_contains "$ERR" "renewTime" "the message names renewTime ('$t')"
+    kapi POST /fake/v1/reset >/dev/null
+done
+raw_get goodtime "2026-12-01T09:32:03.25+05:30"
+call "$L" --store "$URL" show goodtime --json
+expect_rc 0 "renewTime with a fraction and an offset is read"
+assert_eq "$(jget "$OUT" .owner)" "pod-x" "the object with a good renewTime"
 
 finish

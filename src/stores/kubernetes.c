@@ -1649,12 +1649,39 @@ static int kube_list_item(kube_store *s, json_t *item, int64_t date_s, const cha
     return rc;
 }
 
+/* The next page's continue token of a list page (NULL: the last page),
+ * checked: URL-safe bytes only (it goes into the query), and never one
+ * the list was given before (in `given`, which it joins), which would
+ * have the list print the same pages again until its timeout. */
+static int kube_list_next(const char **next, json_t *res, json_t *given)
+{
+    const char *t = json_string_value(json_object_get(json_object_get(res, "metadata"),
+                                                      "continue"));
+
+    *next = NULL;
+    if (t == NULL || *t == '\0')
+        return 0;
+    if (strlen(t) >= 512 ||
+        strspn(t, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+                  "0123456789-_.~=") != strlen(t))
+        return kube_malformed("list", "continue token");
+    if (json_object_get(given, t) != NULL)
+        return kube_malformed("list", "the server repeated a continue token");
+    if (json_object_set(given, t, json_true()) < 0)
+        return lease__seterr(LEASE_ENOMEM, "out of memory");
+    *next = t;
+    return 0;
+}
+
 static int kube_list(lease_store *base, const char *prefix, lease_list_cb cb, void *payload)
 {
     kube_store *s = (kube_store *)base;
     char query[600], cont[512] = "";
+    json_t *given = json_object();
     int rc = 0;
 
+    if (given == NULL)
+        return lease__seterr(LEASE_ENOMEM, "out of memory");
     kube_begin(s);
     do {
         json_t *res = NULL, *items;
@@ -1665,21 +1692,16 @@ static int kube_list(lease_store *base, const char *prefix, lease_list_cb cb, vo
         snprintf(query, sizeof(query), "?limit=%d%s%s", LIST_PAGE,
                  *cont ? "&continue=" : "", cont);
         if ((rc = kube_get_list(&res, &items, &date_s, s, query, "list")) != 0)
-            return rc;
-        next = json_string_value(json_object_get(json_object_get(res, "metadata"),
-                                                 "continue"));
+            break;
+        /* Checked before the page's items are handed on: a page given
+         * again is not listed twice. */
+        rc = kube_list_next(&next, res, given);
         for (i = 0; rc == 0 && i < json_array_size(items); i++)
             rc = kube_list_item(s, json_array_get(items, i), date_s, prefix, cb, payload);
-        cont[0] = '\0';
-        /* The continue token goes into the query: URL-safe bytes only. */
-        if (rc == 0 && next && *next && strlen(next) < sizeof(cont) &&
-            strspn(next, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
-                         "0123456789-_.~=") == strlen(next))
-            lease__strlcpy(cont, next, sizeof(cont));
-        else if (rc == 0 && next && *next)
-            rc = kube_malformed("list", "continue token");
+        lease__strlcpy(cont, rc == 0 && next ? next : "", sizeof(cont));
         json_decref(res);
     } while (rc == 0 && *cont);
+    json_decref(given);
     return rc < 0 ? rc : 0;
 }
 

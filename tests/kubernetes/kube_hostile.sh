@@ -10,6 +10,8 @@
 #  2. a renewTime with signs, spaces or fields out of range where RFC 3339
 #     has digits is a malformed answer (ESTORE), a good one with an offset
 #     is read;
+#  3. a list whose server gives the same continue token again fails
+#     (ESTORE, "repeated a continue token") and lists nothing twice;
 #
 #   kube_hostile.sh LEASE_BINARY SOURCE_DIR
 . "$(dirname "$0")/../cli/lib.sh" "$1"
@@ -76,5 +78,19 @@ raw_get goodtime "2026-12-01T09:32:03.25+05:30"
 call "$L" --store "$URL" show goodtime --json
 expect_rc 0 "renewTime with a fraction and an offset is read"
 assert_eq "$(jget "$OUT" .owner)" "pod-x" "the object with a good renewTime"
+
+section "a continue token given again"
+call "$L" --store "$URL" acquire pages/a --ttl 60s
+expect_rc 0 "a key to list"
+call "$L" --store "$URL" acquire pages/b --ttl 60s
+expect_rc 0 "another key to list"
+kapi POST /fake/v1/faults '{"answer":"repeat_continue","verb":"list","count":100000}' >/dev/null
+call "$L" --store "$URL" --timeout 5s ls pages/
+expect_rc 6 "a list whose continue token comes again"
+assert_contains "$ERR" "repeated a continue token" "the message says why"
+assert_eq "$(printf '%s\n' "$OUT" | grep -v '^$' | sort | uniq -d)" "" "nothing is listed twice"
+kapi POST /fake/v1/reset >/dev/null
+call "$L" --store "$URL" ls pages/
+expect_rc 0 "the list once the server pages right"
 
 finish

@@ -421,18 +421,27 @@ static void kube_token_drop(kube_store *s)
 
 /* Read the bearer token from s->token_file: printable ASCII, trailing
  * white space dropped. EINVALID (a configuration error) when the file is
- * missing, unreadable, empty or not a token. */
+ * missing, unreadable, not a regular file, empty or not a token. Opened
+ * without blocking and refused unless it is a regular file: a FIFO (or a
+ * device) would block the open or the read past any timeout. */
 static int kube_token_read(kube_store *s)
 {
     char *buf = malloc(TOKEN_FILE_MAX + 1);
-    int fd = open(s->token_file, O_RDONLY | O_CLOEXEC), err = errno;
+    int fd = open(s->token_file, O_RDONLY | O_NONBLOCK | O_CLOEXEC), err = errno;
     ssize_t got = 0, r = 0;
+    struct stat st;
     size_t i;
 
     if (buf == NULL) {
         if (fd >= 0)
             close(fd);
         return lease__seterr(LEASE_ENOMEM, "out of memory");
+    }
+    if (fd >= 0 && (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode))) {
+        close(fd);
+        free(buf);
+        return lease__seterr(LEASE_EINVALID, "kubernetes: the token file '%.200s' is not "
+                             "a regular file", s->token_file);
     }
     while (fd >= 0 && got < TOKEN_FILE_MAX &&
            (r = read(fd, buf + got, (size_t)(TOKEN_FILE_MAX - got))) > 0)

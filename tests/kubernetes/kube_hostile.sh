@@ -12,6 +12,9 @@
 #     is read;
 #  3. a list whose server gives the same continue token again fails
 #     (ESTORE, "repeated a continue token") and lists nothing twice;
+#  4. a token_file that is a FIFO (no writer: opening it to read would
+#     block) is refused at once (EINVALID, "not a regular file"), within
+#     --timeout, as is a directory.
 #
 #   kube_hostile.sh LEASE_BINARY SOURCE_DIR
 . "$(dirname "$0")/../cli/lib.sh" "$1"
@@ -92,5 +95,14 @@ assert_eq "$(printf '%s\n' "$OUT" | grep -v '^$' | sort | uniq -d)" "" "nothing 
 kapi POST /fake/v1/reset >/dev/null
 call "$L" --store "$URL" ls pages/
 expect_rc 0 "the list once the server pages right"
+
+section "a token file that is not a regular file"
+mkfifo "$T/fifo.tok"
+call "$L" --store "${URL%%\?*}?token_file=$T/fifo.tok" --timeout 2s show k
+expect_error 2 "a FIFO as token_file (timeout(1) ends a call that blocks: 124)"
+assert_contains "$ERR" "not a regular file" "the FIFO's message"
+call "$L" --store "${URL%%\?*}?token_file=$T" --timeout 2s show k
+expect_error 2 "a directory as token_file"
+assert_contains "$ERR" "not a regular file" "the directory's message"
 
 finish

@@ -15,7 +15,8 @@
  *
  * One Lease object per key. A key that is a DNS-1123 subdomain and does not
  * start with "liblease-" is the object's name; any other key is
- * "liblease-k-<readable part>-<24 hex of two 64/32-bit FNV-1a hashes>".
+ * "liblease-k-<readable part>-<24 hex: the first 96 bits of its SHA-256>"
+ * (kube_hashed_name: libcrypto).
  * Annotations (values percent-encoded where a byte is not printable ASCII):
  *   liblease/key      the exact key, checked on every read (two keys never
  *                     share an object: a mismatch is LEASE_ESTORE)
@@ -32,6 +33,11 @@
  * leaseTransitions (+1 on every change of holder).
  * Fencing marks live in objects of their own, "liblease-f-<part>-<hash>",
  * with annotations liblease/resource and liblease/mark.
+ *
+ * Answers are input: at most 4 MiB (a watch event, a line), decoded within
+ * the budget of json_budget.h (what jansson would hold, counted before it
+ * is parsed) and the call's deadline; times are strict RFC 3339; a list's
+ * continue token is never one given before (kube_list_next).
  *
  * Expiry: renewTime is written with the holder's clock, so it alone cannot
  * end a lease. What a handle compares is the holder's record: holderIdentity,
@@ -87,6 +93,7 @@
 #include <time.h>
 #include <unistd.h>
 #include <jansson.h>
+#include <openssl/evp.h>
 
 #include "json_budget.h"
 #include "store_int.h"
@@ -219,26 +226,26 @@ static uint64_t kube_fnv64(const char *p)
     return h;
 }
 
-/* A second, independent hash (FNV-1a 32 over the key backwards), so that
- * two keys share a name only if both collide. */
-static uint32_t kube_fnv32r(const char *p)
-{
-    uint32_t h = 0x811c9dc5u;
-    size_t n = strlen(p);
-
-    while (n-- > 0)
-        h = (h ^ (unsigned char)p[n]) * 0x01000193u;
-    return h;
-}
-
 /* "<prefix><readable part>-<hash>": the readable part keeps [a-z0-9] of
- * the text (upper case folded), other runs become one '-', 40 at most. */
-static void kube_hashed_name(char out[NAME_MAX_K + 1], const char *prefix, const char *text)
+ * the text (upper case folded), other runs become one '-', 40 at most;
+ * the hash is the first 96 bits of the text's SHA-256, in 24 hex digits:
+ * no one can make a key whose name is another's (FNV-1a, which it was,
+ * let a crafted key take a victim's object, which the liblease/key check
+ * then refused to the victim). 0, or LEASE_ESTORE when libcrypto cannot
+ * hash (out of memory, a provider missing). */
+static int kube_hashed_name(char out[NAME_MAX_K + 1], const char *prefix, const char *text)
 {
-    char part[41];
+    unsigned char md[EVP_MAX_MD_SIZE];
+    unsigned int md_len = 0, i;
+    char part[41], hex[25];
     size_t n = 0;
     const char *p;
 
+    if (EVP_Digest(text, strlen(text), md, &md_len, EVP_sha256(), NULL) != 1 || md_len < 12)
+        return lease__seterr(LEASE_ESTORE, "kubernetes: cannot hash '%.255s' into an object "
+                             "name (libcrypto's SHA-256 failed)", text);
+    for (i = 0; i < 12; i++)
+        snprintf(hex + 2 * i, 3, "%02x", md[i]);
     for (p = text; *p && n < sizeof(part) - 1; p++) {
         int c = tolower((unsigned char)*p);
 
@@ -250,16 +257,19 @@ static void kube_hashed_name(char out[NAME_MAX_K + 1], const char *prefix, const
     while (n > 0 && part[n - 1] == '-')
         n--;
     part[n] = '\0';
-    snprintf(out, NAME_MAX_K + 1, "%s%s%s%016llx%08x", prefix, part, n ? "-" : "",
-             (unsigned long long)kube_fnv64(text), (unsigned)kube_fnv32r(text));
+    snprintf(out, NAME_MAX_K + 1, "%s%s%s%s", prefix, part, n ? "-" : "", hex);
+    return 0;
 }
 
-static void kube_key_name(char out[NAME_MAX_K + 1], const char *key)
+/* A key's object name: the key itself when it is a DNS-1123 subdomain not
+ * starting with "liblease-", else hashed (kube_hashed_name). */
+static int kube_key_name(char out[NAME_MAX_K + 1], const char *key)
 {
-    if (kube_dns_subdomain(key) && strncmp(key, "liblease-", 9) != 0)
+    if (kube_dns_subdomain(key) && strncmp(key, "liblease-", 9) != 0) {
         lease__strlcpy(out, key, NAME_MAX_K + 1);
-    else
-        kube_hashed_name(out, "liblease-k-", key);
+        return 0;
+    }
+    return kube_hashed_name(out, "liblease-k-", key);
 }
 
 /* ---- text -------------------------------------------------------------- */
@@ -1486,7 +1496,8 @@ static int kube_acquire(lease_grant *out, lease_info *holder, lease_store *base,
     int rc = KUBE_CONFLICT, i;
 
     kube_begin(s);
-    kube_key_name(name, req->key);
+    if (kube_key_name(name, req->key) < 0)
+        return LEASE_ESTORE;
     /* A 409 means another writer came first: read again and decide again
      * (busy, or free once more), never write over it. */
     for (i = 0; i < CAS_TRIES && rc == KUBE_CONFLICT; i++)
@@ -1548,7 +1559,8 @@ static int kube_renew(uint64_t *granted_ms, lease_store *base, const char *key,
     int rc = KUBE_CONFLICT, i;
 
     kube_begin(s);
-    kube_key_name(name, key);
+    if (kube_key_name(name, key) < 0)
+        return LEASE_ESTORE;
     /* A 409: read again; still ours with the same token, write again. */
     for (i = 0; i < CAS_TRIES && rc == KUBE_CONFLICT; i++) {
         kube_lease l;
@@ -1598,7 +1610,8 @@ static int kube_release(lease_store *base, const char *key, const char *owner,
     int rc = KUBE_CONFLICT, i;
 
     kube_begin(s);
-    kube_key_name(name, key);
+    if (kube_key_name(name, key) < 0)
+        return LEASE_ESTORE;
     for (i = 0; i < CAS_TRIES && rc == KUBE_CONFLICT; i++) {
         kube_lease l;
 
@@ -1623,7 +1636,8 @@ static int kube_inspect(lease_info *out, lease_store *base, const char *key)
     int rc;
 
     kube_begin(s);
-    kube_key_name(name, key);
+    if (kube_key_name(name, key) < 0)
+        return LEASE_ESTORE;
     rc = kube_get(&l, s, name, key);
     if (rc == KUBE_NOTFOUND)
         return lease__seterr(LEASE_ENOTFOUND, "kubernetes: no lease '%.255s'", key);
@@ -1781,7 +1795,8 @@ static int kube_fence_advance(uint64_t *mark, lease_store *base, const char *res
     int rc = KUBE_CONFLICT, i;
 
     kube_begin(s);
-    kube_hashed_name(name, "liblease-f-", resource);
+    if (kube_hashed_name(name, "liblease-f-", resource) < 0)
+        return LEASE_ESTORE;
     /* A 409: another advance came first; reading again and deciding again
      * is safe, as an advance only ever raises the mark. */
     for (i = 0; i < CAS_TRIES * 2 && rc == KUBE_CONFLICT; i++)
@@ -1803,7 +1818,8 @@ static int kube_fence_mark(uint64_t *mark, lease_store *base, const char *resour
     int rc;
 
     kube_begin(s);
-    kube_hashed_name(name, "liblease-f-", resource);
+    if (kube_hashed_name(name, "liblease-f-", resource) < 0)
+        return LEASE_ESTORE;
     rc = kube_read_mark(&obj, mark, s, name, resource);
     json_decref(obj);
     if (rc == KUBE_NOTFOUND || rc == KUBE_CONFLICT)
@@ -1844,7 +1860,8 @@ static int kube_history(lease_history_entry *out, size_t *n, lease_store *base,
 
     *n = 0;
     kube_begin(s);
-    kube_key_name(name, key);
+    if (kube_key_name(name, key) < 0)
+        return LEASE_ESTORE;
     if ((rc = kube_get(&l, s, name, key)) == KUBE_NOTFOUND)
         return 0;
     if (rc < 0)
@@ -1900,7 +1917,8 @@ static int kube_history_lost(lease_store *base, const char *key, const char *own
     int rc = KUBE_CONFLICT, i;
 
     kube_begin(s);
-    kube_key_name(name, key);
+    if (kube_key_name(name, key) < 0)
+        return LEASE_ESTORE;
     for (i = 0; i < CAS_TRIES && rc == KUBE_CONFLICT; i++)
         rc = kube_lost_once(s, name, key, owner, token);
     return rc == KUBE_CONFLICT ? lease__seterr(LEASE_ESTORE, "kubernetes history on %s: "
@@ -2017,7 +2035,8 @@ static int kube_wait_release(lease_store *base, const char *key, uint64_t timeou
         lease__sleep_ns((int64_t)timeout_ms * 1000000);
         return LEASE_ETIMEOUT;
     }
-    kube_key_name(name, key);
+    if (kube_key_name(name, key) < 0)
+        return LEASE_ESTORE;
     t0 = lease_clock_ns();
     /* The read is one call like any other; the watch gets the wait. */
     s->end_ns = t0 +

@@ -8,7 +8,8 @@
 #     within the timeout, or ETIMEOUT past it) - each with its exit code, and
 #     no token text in any message;
 #  2. key names: two keys that sanitise alike get two objects; an object
-#     whose liblease/key names another key is refused (ESTORE);
+#     whose liblease/key names another key is refused (ESTORE); a hashed
+#     name (a key, a fencing mark) ends in 24 hex digits of its SHA-256;
 #  3. expiry: a lease whose renewTime is an hour old by its holder's clock
 #     but whose holder keeps renewing is not taken over; once it stops it
 #     is; annotation writes keep no silent holder; one whose renewTime is far
@@ -95,6 +96,18 @@ call "$L" --store "$URL" acquire "x/a_b" --ttl 30s --json
 expect_rc 0 "acquire x/a_b (another object, not busy)"
 names=$(kapi GET "$LEASES" | jq -r '.items[].metadata.name' | grep -c '^liblease-k-x-a-b-')
 assert_eq "$names" 2 "two objects for two keys that sanitise alike"
+# A hashed name ends in the first 96 bits of the key's SHA-256 (24 hex
+# digits): no key can be crafted to take another's object.
+for k in x/A/b x/a_b; do
+    h=$(printf '%s' "$k" | sha256sum | cut -c1-24)
+    assert_eq "$(kapi GET "$LEASES/liblease-k-x-a-b-$h" | jq -r '.metadata.annotations["liblease/key"]')" \
+        "$k" "'$k' is the object liblease-k-x-a-b-<SHA-256 of the key>"
+done
+call "$L" --store "$URL" fence "res/Fenced" 5
+expect_rc 0 "a fencing mark"
+h=$(printf '%s' "res/Fenced" | sha256sum | cut -c1-24)
+assert_eq "$(kapi GET "$LEASES/liblease-f-res-fenced-$h" | jq -r '.metadata.annotations["liblease/resource"]')" \
+    "res/Fenced" "a fencing mark is the object liblease-f-<part>-<SHA-256 of the resource>"
 call "$L" --store "$URL" acquire "plain-name.ok" --ttl 30s --json
 expect_rc 0 "acquire a key that is a valid name"
 assert_eq "$(kapi GET "$LEASES/plain-name.ok" | jq -r '.metadata.annotations["liblease/key"]')" \

@@ -111,6 +111,30 @@ export XDG_STATE_HOME=$T/xdg-state
 export LEASE_STORE=sqlite://$T/default.db
 mkdir -p "$HOME"
 
+# A peak-RSS check measures what the command itself holds: run it as
+# `call "${PEAK_RSS[@]}" CMD...` (or timed), then read $T/rss (kB, GNU
+# time). AddressSanitizer's quarantine keeps up to 256 MB of freed blocks
+# mapped, which would count too: a measured command gets a small one
+# (ASAN_OPTIONS is read by sanitizer builds only).
+PEAK_RSS=(env "ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}quarantine_size_mb=1"
+          /usr/bin/time -f %M -o "$T/rss")
+
+# rss_within KB WHAT: the peak RSS that PEAK_RSS wrote is below KB, or
+# twice KB for a lease built with AddressSanitizer (its redzones, shadow
+# and allocator metadata double what small allocations take: a bound that
+# holds in the release build then holds there too, and a failure to bound
+# memory, gigabytes, shows in both).
+rss_within() {
+    local rss bound=$1
+    rss=$(tail -n 1 "$T/rss" 2>/dev/null)
+    if ldd "$LEASE" 2>/dev/null | grep -q libasan; then
+        bound=$((bound * 2))
+    fi
+    if [[ $rss =~ ^[0-9]+$ ]] && [ "$rss" -lt "$bound" ]; then pass; else
+        fail "$2: peak RSS of lease '$rss' kB (bound: $bound kB)"
+    fi
+}
+
 # Register a background process so that the exit trap kills it.
 bg_register() {
     BG_PIDS+=("$1")

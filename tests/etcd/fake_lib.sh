@@ -23,14 +23,10 @@ within_bound() {
 # is SIZE (text, e.g. "128 MiB"): exit 6 saying so, with the memory of
 # lease bounded at 64 MiB.
 huge_answer_bounded() {
-    local rss
-    call /usr/bin/time -f "%M" -o "$T/rss" "$LEASE" --store "$1" --timeout 20s show k
+    call "${PEAK_RSS[@]}" "$LEASE" --store "$1" --timeout 20s show k
     expect_error 6 "a $2 answer"
     assert_contains "$ERR" "answer too large" "the message says the answer is too large"
-    rss=$(tail -n 1 "$T/rss")
-    if [[ $rss =~ ^[0-9]+$ ]] && [ "$rss" -lt 65536 ]; then pass; else
-        fail "max RSS of lease reading a $2 answer: '$rss' kB (bound: 64 MiB)"
-    fi
+    rss_within 65536 "reading a $2 answer"
 }
 
 # costly_answer URL WHAT CMD...: `lease --timeout 1s CMD...` against a member
@@ -39,15 +35,12 @@ huge_answer_bounded() {
 # under 150 MB and the call back within the timeouts of its two operations
 # (the open's and the command's) and 2 s more for a loaded machine.
 costly_answer() {
-    local url=$1 what=$2 rss
+    local url=$1 what=$2
     shift 2
-    timed /usr/bin/time -f "%M" -o "$T/rss" "$LEASE" --store "$url" --timeout 1s "$@"
+    timed "${PEAK_RSS[@]}" "$LEASE" --store "$url" --timeout 1s "$@"
     expect_rc_in "6 7" "$what: ESTORE or ETIMEOUT"
     assert_match "$ERR" "to hold|timed out" "$what: the message says the answer costs too much or came too late"
-    rss=$(tail -n 1 "$T/rss")
-    if [[ $rss =~ ^[0-9]+$ ]] && [ "$rss" -lt 153600 ]; then pass; else
-        fail "$what: max RSS of lease '$rss' kB (bound: 150 MB)"
-    fi
+    rss_within 153600 "$what"
     if [ "$MS" -lt 4000 ]; then pass; else
         fail "$what: took $MS ms (bound: two timeouts of 1 s, and 2 s)$(_ctx)"
     fi

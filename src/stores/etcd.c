@@ -230,7 +230,7 @@ typedef struct shared_rec {
  * far below ANSWER_MAX; a page of a list (PAGE_KVS keys) and a session's
  * keys are bigger, and a guarded value may be up to 64 MiB, 4/3 of that
  * as base64. What an answer may take to hold once decoded is bounded
- * apart (etcd_pb.h, lease__etcd_budget).
+ * apart (etcd_pb.h, lease__json_budget).
  */
 #define ANSWER_MAX ((size_t)4 << 20)
 #define LIST_ANSWER_MAX ((size_t)32 << 20)
@@ -269,12 +269,12 @@ static int etcd_stream_lines(body *b)
     while ((nl = memchr(b->data + b->scanned, '\n', b->len - b->scanned))) {
         char err[160];
         size_t n = (size_t)(nl - b->data - b->scanned);
-        lease__etcd_budget budget = lease__etcd_budget_of(LEASE__ETCD_HOLD_ANY, n, b->end_ns);
+        lease__json_budget budget = lease__json_budget_of(LEASE__JSON_HOLD_ANY, n, b->end_ns);
         json_t *msg;
 
         /* A message that cannot be read is no release: the watch goes on
          * (to its deadline, when that is what stopped it). */
-        lease__etcd_json_load(&msg, b->data + b->scanned, n, &budget, err, sizeof(err));
+        lease__json_load(&msg, b->data + b->scanned, n, &budget, err, sizeof(err));
         b->scanned = (size_t)(nl - b->data) + 1;
         if (msg) {
             int stop = b->on_message(msg, b->arg);
@@ -846,10 +846,10 @@ static const char *etcd_their_message(const etcd_store *s, const char *msg, size
 /* What decoding the answer in b may cost: what it may hold, one value
  * whole for a data read (the one call given DATA_ANSWER_MAX), else
  * anything (etcd_pb.h, HOLD_*); and the time left of the call. */
-static lease__etcd_budget etcd_budget(const body *b)
+static lease__json_budget etcd_budget(const body *b)
 {
-    return lease__etcd_budget_of(b->max == DATA_ANSWER_MAX ? LEASE__ETCD_HOLD_VALUE
-                                                           : LEASE__ETCD_HOLD_ANY,
+    return lease__json_budget_of(b->max == DATA_ANSWER_MAX ? LEASE__JSON_HOLD_VALUE
+                                                           : LEASE__JSON_HOLD_ANY,
                                  b->len, b->end_ns);
 }
 
@@ -857,7 +857,7 @@ static lease__etcd_budget etcd_budget(const body *b)
  * to hold, or not decoded within the call's timeout (outcome unknown). */
 static int etcd_undecoded(int rc, const char *what, const char *err)
 {
-    if (rc == LEASE__ETCD_LATE)
+    if (rc == LEASE__JSON_LATE)
         return lease__seterr(LEASE_ESTORE, "etcd %s: timed out decoding the answer: %s "
                              "(the outcome is unknown)", what, err);
     return lease__seterr(LEASE_ESTORE, "etcd %s: malformed answer: %s", what, err);
@@ -871,7 +871,7 @@ static int etcd_grpc_answer(json_t **out, etcd_store *s, long status, body *b,
 {
     char err[160];
     const char *msg = etcd_their_message(s, b->grpc_msg, b->grpc_msg_len);
-    lease__etcd_budget budget = etcd_budget(b);
+    lease__json_budget budget = etcd_budget(b);
     int rc;
 
     if (msg && msg == b->grpc_msg)
@@ -909,14 +909,14 @@ static int etcd_answer(json_t **out, etcd_store *s, CURL *c, body *b, const char
     long status = 0;
     const char *msg;
     char err[160] = "";
-    lease__etcd_budget budget = etcd_budget(b);
+    lease__json_budget budget = etcd_budget(b);
     int rc;
 
     curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
     *out = NULL;
     if (b->grpc)
         return etcd_grpc_answer(out, s, status, b, path, what);
-    rc = b->len ? lease__etcd_json_load(out, b->data, b->len, &budget, err, sizeof(err)) : 0;
+    rc = b->len ? lease__json_load(out, b->data, b->len, &budget, err, sizeof(err)) : 0;
     if (rc < 0 && err[0] != '\0') {
         b->refused = status != 200;
         return etcd_undecoded(rc, what, err);

@@ -734,7 +734,7 @@ static int decode_msg(json_t *obj, const pb_msg *m, rd *r, int depth, char *err,
 }
 
 int lease__etcd_pb_answer(json_t **out, const char *path, const unsigned char *body,
-                          size_t len, const lease__etcd_budget *budget, char *err,
+                          size_t len, const lease__json_budget *budget, char *err,
                           size_t errsize)
 {
     int i = call_of(path);
@@ -775,7 +775,7 @@ int lease__etcd_pb_answer(json_t **out, const char *path, const unsigned char *b
     }
     if (decode_msg(obj, calls[i].res, &r, 0, err, errsize) < 0) {
         json_decref(obj);
-        return s.over == LEASE__JSON_SPEND_LATE ? LEASE__ETCD_LATE : -1;
+        return s.over == LEASE__JSON_SPEND_LATE ? LEASE__JSON_LATE : -1;
     }
     if (calls[i].stream) {
         json_t *wrap = json_object();

@@ -38,36 +38,16 @@ const char *lease__etcd_pb_method(const char *path);
 int lease__etcd_pb_request(unsigned char **out, size_t *len, const char *path,
                            json_t *req, char *err, size_t errsize);
 
-/* What decoding an answer may cost (json_budget.h), by the names the
- * store has always used. */
-typedef lease__json_budget lease__etcd_budget;
-#define LEASE__ETCD_HOLD_ANY LEASE__JSON_HOLD_ANY
-#define LEASE__ETCD_HOLD_VALUE LEASE__JSON_HOLD_VALUE
-#define LEASE__ETCD_LATE LEASE__JSON_LATE
-
-static inline lease__etcd_budget lease__etcd_budget_of(int hold, size_t len, int64_t end_ns)
-{
-    return lease__json_budget_of(hold, len, end_ns);
-}
-
 /*
  * The gateway's JSON for the body of etcd's gRPC answer to a call to
  * `path`: exactly one uncompressed length-prefixed message. 0 and *out;
  * -1 with what is wrong with it in err (one past the budget's memory
- * among them); LEASE__ETCD_LATE (err says so) when the budget's deadline
+ * among them); LEASE__JSON_LATE (err says so) when the budget's deadline
  * passed while it was decoded.
  */
 int lease__etcd_pb_answer(json_t **out, const char *path, const unsigned char *body,
-                          size_t len, const lease__etcd_budget *budget, char *err,
+                          size_t len, const lease__json_budget *budget, char *err,
                           size_t errsize);
-
-/* The gateway's JSON answer: lease__json_load (json_budget.h). */
-static inline int lease__etcd_json_load(json_t **out, const char *data, size_t len,
-                                        const lease__etcd_budget *budget, char *err,
-                                        size_t errsize)
-{
-    return lease__json_load(out, data, len, budget, err, errsize);
-}
 
 /* An int64 field of the gateway's JSON: proto3's JSON mapping writes them
  * as strings of digits; a JSON integer is taken too. 0, or -1 (and *out

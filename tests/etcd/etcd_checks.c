@@ -222,7 +222,7 @@ static void decodes(const char *path, const char *hex, const char *want)
     size_t n = framed(body, sizeof(body), hex);
     json_t *got = NULL, *w = json_loads(want, 0, NULL);
     char err[160] = "", *text;
-    lease__etcd_budget b = lease__etcd_budget_of(LEASE__ETCD_HOLD_ANY, n, 0);
+    lease__json_budget b = lease__json_budget_of(LEASE__JSON_HOLD_ANY, n, 0);
 
     CHECK(lease__etcd_pb_answer(&got, path, body, n, &b, err, sizeof(err)) == 0,
           "decode %s %s: %s", path, hex, err);
@@ -240,7 +240,7 @@ static void body_refused(const char *path, const unsigned char *body, size_t n,
 {
     json_t *got = NULL;
     char err[160] = "";
-    lease__etcd_budget b = lease__etcd_budget_of(LEASE__ETCD_HOLD_ANY, n, 0);
+    lease__json_budget b = lease__json_budget_of(LEASE__JSON_HOLD_ANY, n, 0);
 
     CHECK(lease__etcd_pb_answer(&got, path, body, n, &b, err, sizeof(err)) < 0 && got == NULL &&
               err[0],
@@ -298,13 +298,13 @@ static size_t varint(unsigned char *p, size_t v)
 /* The answer a decoder gave (rc, got, err) with budget b, checked as
  * `what`: jansson held no more than the budget's bytes meanwhile, and a
  * refusal says it is for the answer's cost (or deadline). rc. */
-static int within(int rc, json_t *got, const char *err, const lease__etcd_budget *b,
+static int within(int rc, json_t *got, const char *err, const lease__json_budget *b,
                   const char *what)
 {
     CHECK(json_count_peak() <= b->bytes, "%s: jansson held %zu bytes, past the budget of %zu",
           what, json_count_peak(), b->bytes);
     if (rc < 0)
-        CHECK(got == NULL && strstr(err, rc == LEASE__ETCD_LATE ? "timeout" : "to hold"),
+        CHECK(got == NULL && strstr(err, rc == LEASE__JSON_LATE ? "timeout" : "to hold"),
               "%s: refused (%d), but not for its cost: %s", what, rc, err);
     return rc;
 }
@@ -312,7 +312,7 @@ static int within(int rc, json_t *got, const char *err, const lease__etcd_budget
 /* Decoding `body` (len bytes) as a Range answer with budget b: 0 when it
  * decodes to `kvs` key-values, or the decoder's refusal (within()).
  * *json: the answer as the gateway's JSON, when asked. */
-static int range_within(const unsigned char *body, size_t len, const lease__etcd_budget *b,
+static int range_within(const unsigned char *body, size_t len, const lease__json_budget *b,
                         size_t kvs, char **json, const char *what)
 {
     json_t *got = NULL;
@@ -334,7 +334,7 @@ static int range_within(const unsigned char *body, size_t len, const lease__etcd
 
 /* The same for the gateway's JSON text (len bytes): 0 when it loads with
  * `kvs` key-values. */
-static int json_within(const char *text, size_t len, const lease__etcd_budget *b, size_t kvs,
+static int json_within(const char *text, size_t len, const lease__json_budget *b, size_t kvs,
                        const char *what)
 {
     json_t *got = NULL;
@@ -342,7 +342,7 @@ static int json_within(const char *text, size_t len, const lease__etcd_budget *b
     int rc;
 
     json_count_reset();
-    rc = within(lease__etcd_json_load(&got, text, len, b, err, sizeof(err)), got, err, b, what);
+    rc = within(lease__json_load(&got, text, len, b, err, sizeof(err)), got, err, b, what);
     if (rc == 0)
         CHECK(json_array_size(json_object_get(got, "kvs")) == kvs, "%s: %zu key-values loaded",
               what, json_array_size(json_object_get(got, "kvs")));
@@ -370,7 +370,7 @@ static unsigned char *seen_kvs(size_t *len, size_t *count, size_t size)
 /* One key-value with a 3 MiB value decodes as a data read. */
 static void value_read(void)
 {
-    lease__etcd_budget value;
+    lease__json_budget value;
     size_t count = (size_t)3 << 20;
     unsigned char *b = malloc(count + 32);
 
@@ -390,7 +390,7 @@ static void value_read(void)
         memset(b + m, 'v', count);
         m += count;
         frame(b, m - 5);
-        value = lease__etcd_budget_of(LEASE__ETCD_HOLD_VALUE, m, 0);
+        value = lease__json_budget_of(LEASE__JSON_HOLD_VALUE, m, 0);
         CHECK(range_within(b, m, &value, 1, NULL, "a 3 MiB value") == 0,
               "one 3 MiB value decodes as a data read");
         free(b);
@@ -414,11 +414,11 @@ static void codec_budget(void)
     unsigned char *b;
     size_t len = 0, count = 0, i;
     char *text = NULL;
-    lease__etcd_budget any, tight, late, value;
+    lease__json_budget any, tight, late, value;
 
     b = seen_kvs(&len, &count, (size_t)1 << 20);
-    any = lease__etcd_budget_of(LEASE__ETCD_HOLD_ANY, len, 0);
-    value = lease__etcd_budget_of(LEASE__ETCD_HOLD_VALUE, len, 0);
+    any = lease__json_budget_of(LEASE__JSON_HOLD_ANY, len, 0);
+    value = lease__json_budget_of(LEASE__JSON_HOLD_VALUE, len, 0);
     tight = late = any;
     tight.bytes = (size_t)8 << 20;
     late.end_ns = lease_clock_ns() - 1;
@@ -428,8 +428,8 @@ static void codec_budget(void)
           "the same key-values are refused as the answer to a data read");
     CHECK(b && range_within(b, len, &tight, count, NULL, "the same within 8 MiB") == -1,
           "the same key-values are refused within 8 MiB");
-    CHECK(b && range_within(b, len, &late, count, NULL, "the same, late") == LEASE__ETCD_LATE,
-          "the same key-values past the deadline are LEASE__ETCD_LATE");
+    CHECK(b && range_within(b, len, &late, count, NULL, "the same, late") == LEASE__JSON_LATE,
+          "the same key-values past the deadline are LEASE__JSON_LATE");
     free(b);
     if (text) {
         CHECK(json_within(text, strlen(text), &any, count, "them as JSON") == 0,
@@ -437,8 +437,8 @@ static void codec_budget(void)
         CHECK(json_within(text, strlen(text), &tight, count, "them as JSON in 8 MiB") == -1,
               "the same key-values as JSON are refused within 8 MiB");
         CHECK(json_within(text, strlen(text), &late, count, "them as JSON, late") ==
-                  LEASE__ETCD_LATE,
-              "the same key-values as JSON past the deadline are LEASE__ETCD_LATE");
+                  LEASE__JSON_LATE,
+              "the same key-values as JSON past the deadline are LEASE__JSON_LATE");
         json_count_free(text);
     }
     b = seen_kvs(&len, &count, (size_t)4 << 20);

@@ -43,7 +43,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     return 0;
 }
 
-static lease__etcd_budget budget;
+static lease__json_budget budget;
 
 /* What jansson held since json_count_reset() stayed within the budget. */
 static void held_within(const char *path, const char *what)
@@ -86,7 +86,7 @@ static void answer(const char *path, const uint8_t *data, size_t size, int raw)
         json_decref(j);
         /* The same answer as the gateway's JSON. */
         json_count_reset();
-        rc = lease__etcd_json_load(&j, text, strlen(text), &budget, err, sizeof(err));
+        rc = lease__json_load(&j, text, strlen(text), &budget, err, sizeof(err));
         held_within(path, "loading the decoded answer as JSON");
         if (rc == 0 && !json_is_object(j))
             fuzz_fail("%s: the decoded answer as JSON loads as another type", path);
@@ -106,7 +106,7 @@ static void json_text(const char *path, const uint8_t *data, size_t size)
     int rc;
 
     json_count_reset();
-    rc = lease__etcd_json_load(&j, (const char *)data, size, &budget, err, sizeof(err));
+    rc = lease__json_load(&j, (const char *)data, size, &budget, err, sizeof(err));
     held_within(path, "loading JSON");
     if ((rc == 0) != (j != NULL) || (rc < -1 && err[0] == '\0'))
         fuzz_fail("%s: JSON loaded (%d) with no value, or refused with one", path, rc);
@@ -146,7 +146,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (size < 1)
         return 0;
     path = paths[(data[0] & 0x3f) % NPATHS];
-    budget = lease__etcd_budget_of(LEASE__ETCD_HOLD_ANY, size, 0);
+    budget = lease__json_budget_of(LEASE__JSON_HOLD_ANY, size, 0);
     if ((data[0] & 0x3f) / NPATHS < 9)
         budget.bytes = (size_t)256 << ((data[0] & 0x3f) / NPATHS);
     if (data[0] & 0x40)

@@ -87,6 +87,9 @@ void cli_format_wall(char *buf, size_t size, int64_t ms);
 /* `lease --version`: the tool's and library's versions, the stores built
  * in and the client libraries they talk through (version.c). */
 int cli_print_version(FILE *out);
+/* The directory liblease.so was loaded from, into buf: 0, or -1 if unknown
+ * or longer than size (version.c). */
+int cli_lib_dir(char *buf, size_t size);
 
 /*
  * The options of run, elect, hold and claim (cmd_run.c, cmd_hold.c),

@@ -7,6 +7,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,7 +29,8 @@ static const char usage_fence_sql[] =
     "the owner of the schema it goes into (it refuses a lease_fence it did\n"
     "not make, or a schema where other roles may create objects);\n"
     "sqlite prints the table that lease_fence() of the liblease_sqlite_fence\n"
-    "extension keeps its marks in, and how to use it.\n"
+    "extension keeps its marks in, and how to use it: the .load line names the\n"
+    "extension by its path in this install.\n"
     "  lease fence-sql postgres | psql \"$APP_DB\" -v ON_ERROR_STOP=1\n"
     "exit: 0, or 2 if the kind is neither postgres nor sqlite\n";
 
@@ -48,28 +50,87 @@ static const char usage_fence_install[] =
 
 /* The table lease_fence() creates on its first call (resource/sqlite/
  * lease_sqlite_fence.c), for a schema made ahead of time, and the how-to:
- * comments, so that the whole text loads in sqlite3 as it is. */
-static const char fence_sql_sqlite[] =
+ * comments, so that the whole text loads in sqlite3 as it is. Between the
+ * two halves, the .load line of the extension this install has. */
+static const char fence_sql_sqlite_head[] =
     "-- The SQLite fencing kit: lease_fence(resource, token), from the loadable\n"
     "-- extension liblease_sqlite_fence (or lease_sqlite_fence_register() in C).\n"
     "-- It keeps the greatest token each resource has accepted (its mark) in\n"
     "-- this table of the main database, and creates the table on its first\n"
     "-- call if it is missing.\n"
     "--\n"
-    "-- Use: in each connection that writes the protected data,\n"
+    "-- Use, in each connection that writes the protected data (here a sqlite3\n"
+    "-- shell script; the .load line names the extension of this install):\n"
+    "-- the check inside the protected write, which a stale token fails as a\n"
+    "-- whole,\n"
     "--\n"
-    "--     .load liblease_sqlite_fence\n"
+    "--     .bail on\n";
+
+static const char fence_sql_sqlite_tail[] =
+    "--     UPDATE ... WHERE ... AND lease_fence('resource', 42) > 0;\n"
+    "--\n"
+    "-- or, for several writes, the check first in their transaction:\n"
+    "--\n"
     "--     BEGIN IMMEDIATE;\n"
     "--     SELECT lease_fence('resource', 42);   -- 42: the lease's token\n"
-    "--     UPDATE ...;                           -- the protected write\n"
+    "--     UPDATE ...;                           -- the protected writes\n"
     "--     COMMIT;\n"
     "--\n"
-    "-- A token smaller than the mark fails the statement (\"stale fencing\n"
-    "-- token\"): roll back. See docs/fencing.md.\n"
+    "-- A token smaller than the mark fails its statement (\"stale fencing\n"
+    "-- token\"). .bail on stops the script at that error, before any later\n"
+    "-- write or COMMIT runs, so the open transaction is never committed:\n"
+    "-- without it the shell goes on to the next line. See docs/fencing.md.\n";
+
+static const char fence_sql_sqlite_table[] =
     "CREATE TABLE IF NOT EXISTS main.lease_fence (\n"
     "    resource TEXT PRIMARY KEY,\n"
     "    mark INTEGER NOT NULL CHECK (mark > 0)\n"
     ");\n";
+
+/* s as one argument of a sqlite3 shell dot-command: bare when the shell
+ * would take it as it is, else in double quotes, in which the shell reads
+ * \", \\ and octal \NNN escapes (a space would split a bare argument). */
+static void put_dot_arg(FILE *out, const char *s)
+{
+    const unsigned char *p;
+
+    if (s[0] != '\0' && s[strspn(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                    "0123456789/._+-")] == '\0') {
+        fputs(s, out);
+        return;
+    }
+    fputc('"', out);
+    for (p = (const unsigned char *)s; *p; p++) {
+        if (*p == '"' || *p == '\\')
+            fprintf(out, "\\%c", *p);
+        else if (*p < 0x20 || *p >= 0x7f) /* the line stays one comment line */
+            fprintf(out, "\\%03o", *p);
+        else
+            fputc(*p, out);
+    }
+    fputc('"', out);
+}
+
+/* The .load line: the extension beside liblease.so, where the install puts
+ * both, by its path (the loader's search path may not hold that directory),
+ * without the suffix, which .load adds. 1 if the extension is there, 0 if
+ * not, -1 if liblease's directory is unknown (the bare name, then). */
+static int put_sqlite_load(FILE *out)
+{
+    char dir[PATH_MAX], path[PATH_MAX + 64];
+    struct stat st;
+
+    fputs("--     .load ", out);
+    if (cli_lib_dir(dir, sizeof(dir)) < 0) {
+        fputs("liblease_sqlite_fence\n", out);
+        return -1;
+    }
+    snprintf(path, sizeof(path), "%s/liblease_sqlite_fence", dir);
+    put_dot_arg(out, path);
+    fputc('\n', out);
+    strcat(path, ".so");
+    return stat(path, &st) == 0;
+}
 
 int cmd_fence_sql(cli_globals *g, cli_args *a)
 {
@@ -98,7 +159,20 @@ int cmd_fence_sql(cli_globals *g, cli_args *a)
         /* fwrite, not fputs: the file's bytes exactly, its length known. */
         fwrite(lease_fence_sql_postgres, 1, sizeof(lease_fence_sql_postgres), stdout);
     } else if (strcmp(kind, "sqlite") == 0) {
-        fputs(fence_sql_sqlite, stdout);
+        int found;
+
+        fputs(fence_sql_sqlite_head, stdout);
+        found = put_sqlite_load(stdout);
+        fputs(fence_sql_sqlite_tail, stdout);
+        if (found == 0)
+            fputs("-- No liblease_sqlite_fence.so is at the path of .load: this install\n"
+                  "-- left the extension out.\n",
+                  stdout);
+        else if (found < 0)
+            fputs("-- lease cannot tell the directory of its liblease: .load by the bare\n"
+                  "-- name finds the extension only on the loader's search path.\n",
+                  stdout);
+        fputs(fence_sql_sqlite_table, stdout);
     } else {
         return cli_usage(a->cmd, "unknown kind '%s': postgres or sqlite", kind);
     }

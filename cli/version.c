@@ -38,12 +38,13 @@
 /* version.c; to go in cli.h. */
 int cli_module_path(char *buf, size_t size, const char *file);
 
-/* The modules of the tool and of liblease.so live in one directory:
- * <directory of liblease.so>/<subdir>/<file> (src/core/store.c finds its
- * own the same way). 0, or -1 if liblease's path is unknown or too long. */
-int cli_module_path(char *buf, size_t size, const char *file)
+/* The directory liblease.so was loaded from, resolved: the install puts
+ * the tool's modules (under LEASE_CLI_MODULE_SUBDIR) and the SQLite fencing
+ * extension beside it, wherever the prefix is (src/core/store.c finds its
+ * own modules the same way). 0, or -1 if liblease's path is unknown or too
+ * long. */
+int cli_lib_dir(char *buf, size_t size)
 {
-#ifdef LEASE_CLI_MODULE_SUBDIR
     char dir[PATH_MAX], real[PATH_MAX];
     const char *slash;
     Dl_info info;
@@ -59,8 +60,21 @@ int cli_module_path(char *buf, size_t size, const char *file)
     /* The loader's name may go through the run path ($ORIGIN/../lib). */
     memcpy(dir, info.dli_fname, (size_t)(slash - info.dli_fname));
     dir[slash - info.dli_fname] = '\0';
-    n = snprintf(buf, size, "%s/%s/%s", realpath(dir, real) ? real : dir,
-                 LEASE_CLI_MODULE_SUBDIR, file);
+    n = snprintf(buf, size, "%s", realpath(dir, real) ? real : dir);
+    return n < 0 || (size_t)n >= size ? -1 : 0;
+}
+
+/* A module of the tool or of liblease.so: <liblease's directory>/<subdir>/
+ * <file>. 0, or -1 if liblease's path is unknown or too long. */
+int cli_module_path(char *buf, size_t size, const char *file)
+{
+#ifdef LEASE_CLI_MODULE_SUBDIR
+    char dir[PATH_MAX];
+    int n;
+
+    if (cli_lib_dir(dir, sizeof(dir)) < 0)
+        return -1;
+    n = snprintf(buf, size, "%s/%s/%s", dir, LEASE_CLI_MODULE_SUBDIR, file);
     return n < 0 || (size_t)n >= size ? -1 : 0;
 #else
     (void)buf, (void)size, (void)file;

@@ -56,7 +56,9 @@ section "fence-sql sqlite: loads in sqlite3, the table lease_fence() makes"
 call "$LEASE" fence-sql sqlite
 expect_rc 0 "fence-sql sqlite"
 printf '%s\n' "$OUT" >"$T/lite.sql"
-assert_contains "$OUT" ".load liblease_sqlite_fence" "the how-to loads the extension"
+assert_contains "$OUT" "--     .bail on" "the how-to stops the script at a stale token"
+assert_contains "$OUT" "--     .load $(cd "$(dirname "$EXT")" && pwd -P)/liblease_sqlite_fence"$'\n' \
+    "the how-to loads the extension by its path, beside liblease"
 assert_contains "$OUT" "BEGIN IMMEDIATE;" "the how-to takes the write lock first"
 assert_contains "$OUT" "SELECT lease_fence('resource', 42);" "the how-to calls lease_fence"
 "${BOUND[@]}" sqlite3 -bail "$T/kit.db" <"$T/lite.sql" >"$T/lite.out" 2>&1

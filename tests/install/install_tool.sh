@@ -3,7 +3,9 @@
 # installed: the list of files a C team and a user need, the installed
 # `lease` (no LD_LIBRARY_PATH: it finds the liblease beside it through its
 # run path) with the stores of this build, acquire and release on SQLite,
-# `lease help`, and every installed man page rendering without a warning.
+# `lease help`, the .load line of `lease fence-sql sqlite` (the installed
+# extension, loaded by sqlite3 as printed), and every installed man page
+# rendering without a warning.
 # Usage: install_tool.sh BUILD_DIR SOURCE_DIR
 . "$(dirname "$0")/common.sh" "$@"
 
@@ -75,6 +77,17 @@ section "lease help"
 call env -u LD_LIBRARY_PATH "$INSTALLED_LEASE" help
 expect_rc 0 "installed lease help"
 assert_contains "$OUT" "usage: lease" "lease help"
+
+section "lease fence-sql sqlite: the installed extension's path"
+call env -u LD_LIBRARY_PATH "$INSTALLED_LEASE" fence-sql sqlite
+expect_rc 0 "installed lease fence-sql sqlite"
+assert_file "$LIBDIR/liblease_sqlite_fence.so" "the SQLite fencing extension installed"
+load=$(printf '%s\n' "$OUT" | sed -n 's/^--     \(\.load .*\)$/\1/p')
+assert_contains "$load" "$LIBDIR/liblease_sqlite_fence" "the .load line names the installed extension"
+# As printed: the prefix's space has the path quoted for the shell.
+call sqlite3 "$T/fence.db" ".bail on" "$load" "SELECT lease_fence('r', 3);"
+expect_rc 0 "sqlite3 runs the printed .load line"
+assert_eq "$OUT" 3 "the installed extension's lease_fence"
 
 section "man pages"
 # Built (scdoc was found) means installed, each rendering cleanly.

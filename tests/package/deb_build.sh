@@ -260,6 +260,15 @@ call "${PL[@]}" --store "$DB" show deb/check --json
 expect_rc 0 "show"
 assert_eq "$(jget "$OUT" .state)" free "show: free after release"
 
+# The .load line names the extension beside liblease.so.0, as installed:
+# /usr/lib/<multiarch>/liblease_sqlite_fence once installed (docs/fencing.md
+# shows it), here in the unpacked tree.
+call "${PL[@]}" fence-sql sqlite
+expect_rc 0 "fence-sql sqlite"
+assert_contains "$OUT" "--     .load $ROOTLIB/liblease_sqlite_fence"$'\n' \
+    "fence-sql sqlite: the packaged extension's path"
+assert_not_contains "$OUT" "No liblease_sqlite_fence.so" "fence-sql sqlite finds the extension there"
+
 section "unpacked: man pages"
 for page in man1/lease.1 man3/liblease.3 man7/lease-stores.7; do
     f=$ROOT/usr/share/man/$page

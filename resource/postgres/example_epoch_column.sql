@@ -1,5 +1,5 @@
--- example_epoch_column.sql - fencing without lease_fence: a table that
--- carries its own epoch column.
+-- example_epoch_column.sql - fencing without the kit's table (fence.sql's
+-- lease_fence_mark): a table that carries its own epoch column.
 --
 -- When every protected write touches one row, the row itself can keep the
 -- high-water mark: the write and the check are then one statement, and no

@@ -115,7 +115,7 @@ elif { [ -n "$PGURL" ] || has_store postgres; } && server_part LEASE_TEST_PG_URL
     RC=$?
     assert_ne "$RC" 0 "lease_fence_check refuses an older token"
     assert_contains "$OUT" "stale fencing token" "the refusal says why"
-    assert_eq "$(psql_ -c "SELECT mark FROM lease_fence WHERE resource = 'orders/eu'" 2>&1)" 7 \
+    assert_eq "$(psql_ -c "SELECT mark FROM lease_fence_mark WHERE resource = 'orders/eu'" 2>&1)" 7 \
         "the mark is the accepted token"
 fi
 

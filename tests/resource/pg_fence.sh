@@ -36,13 +36,13 @@ check() {
     OUT=$(psql_ -c "SELECT lease_fence_check($1, $2)" 2>"$T/err")
     RC=$? ERR=$(cat "$T/err") LAST_CMD="lease_fence_check($1, $2)"
 }
-mark() { sql -v r="$1" <<<"SELECT mark FROM lease_fence WHERE resource = :'r';"; }
+mark() { sql -v r="$1" <<<"SELECT mark FROM lease_fence_mark WHERE resource = :'r';"; }
 
 section "fence.sql with psql -f, twice"
 PGOPTIONS= sql -c "CREATE SCHEMA $S"
 sql -f "$KIT/fence.sql" && pass
 sql -f "$KIT/fence.sql" && pass
-assert_eq "$(sql -c "SELECT count(*) FROM pg_tables WHERE schemaname = '$S' AND tablename = 'lease_fence'")" 1 \
+assert_eq "$(sql -c "SELECT count(*) FROM pg_tables WHERE schemaname = '$S' AND tablename = 'lease_fence_mark'")" 1 \
     "the table is in the schema"
 assert_eq "$(sql -c "SELECT count(*) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
     WHERE n.nspname = '$S' AND p.proname = 'lease_fence_check'")" 1 "one function, in the schema"
@@ -58,10 +58,10 @@ assert_eq "$(mark res/a)" 1700000000000001 "the refused token left the mark"
 check "'res/b'" 1;  expect_rc 0 "resources are apart"
 
 section "neither a temporary table nor the caller's search_path stands in for the marks"
-OUT=$(psql_ -c "CREATE TEMP TABLE lease_fence (resource text PRIMARY KEY, mark bigint, updated_at timestamptz)" \
+OUT=$(psql_ -c "CREATE TEMP TABLE lease_fence_mark (resource text PRIMARY KEY, mark bigint, updated_at timestamptz)" \
     -c "SELECT lease_fence_check('res/a', 6)" 2>"$T/err")
-RC=$? ERR=$(cat "$T/err") LAST_CMD="a temp table lease_fence, then a stale token"
-expect_rc 1 "a temporary lease_fence table does not hide the marks"
+RC=$? ERR=$(cat "$T/err") LAST_CMD="a temp table lease_fence_mark, then a stale token"
+expect_rc 1 "a temporary lease_fence_mark table does not hide the marks"
 assert_contains "$ERR" "LF001: stale fencing token" "the stale token is still refused"
 OUT=$(PGOPTIONS= psql_ -c "SET search_path = public" -c "SELECT $S.lease_fence_check('res/a', 6)" 2>"$T/err")
 RC=$? ERR=$(cat "$T/err") LAST_CMD="another search_path, then a stale token"
@@ -76,7 +76,7 @@ for args in "'r', NULL" "NULL, 1" "NULL, NULL" "'r', 0" "'r', -1" "'r', -9223372
     assert_contains "$ERR" "LF002: lease_fence_check:" "lease_fence_check($args): LF002"
 done
 check "repeat('x', 1024)" 1; expect_rc 0 "a 1024-byte resource is accepted"
-assert_eq "$(sql -c "SELECT count(*) FROM lease_fence WHERE resource = '' OR mark <= 0")" 0 \
+assert_eq "$(sql -c "SELECT count(*) FROM lease_fence_mark WHERE resource = '' OR mark <= 0")" 0 \
     "no bad row was written"
 
 section "a rolled-back transaction does not advance the mark"

@@ -7,7 +7,7 @@
 # The roles: fence_owner owns the schema app and installs the kit;
 # fence_writer is the application, which checks its tokens; fence_intruder
 # may create objects in app (until that is revoked). The intruder makes a
-# lease_fence of its own first, with a trigger that resets the mark: the
+# lease_fence_mark of its own first, with a trigger that resets the mark: the
 # install must refuse it, adopt nothing, and no stale token may pass. Then
 # every other table or function the kit did not make (a view, a rule, a
 # partitioned or unlogged table, other columns, constraints or indexes, an
@@ -19,7 +19,10 @@
 # schema) makes lease_fence_check refuse every token (LF003) and leave the
 # mark as it was, even a trigger committed after a REPEATABLE READ
 # snapshot; lease_fence_problem() and the install report the owner's own
-# changes to the table's definition.
+# changes to the table's definition. A table named lease_fence (the lease
+# store's, or an older kit's) is the kit's business only when it has an
+# older kit's column updated_at: then another role's is refused, never
+# taken over; the store's, another role's too, is left alone.
 . "$(dirname "$0")/../cli/lib.sh" "$@"
 
 KIT=${2:?usage: $0 LEASE_BINARY KIT_DIR PG_SERVER_SCRIPT}
@@ -70,7 +73,7 @@ check() {
     LAST_CMD="lease_fence_check('res/a', $1) as fence_writer"
 }
 # The mark of res/a.
-mark() { sql postgres -c "SELECT mark FROM app.lease_fence WHERE resource = 'res/a'"; }
+mark() { sql postgres -c "SELECT mark FROM app.lease_fence_mark WHERE resource = 'res/a'"; }
 # The functions in app that fence_owner owns: what an install left.
 kit_functions() {
     sql postgres -c "SELECT count(*) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
@@ -116,31 +119,31 @@ GRANT EXECUTE ON FUNCTION spy.reset_mark() TO PUBLIC;
 SQL
 reset_schema && pass
 
-section "the intruder's lease_fence with a trigger that resets the mark: refused, nothing adopted"
+section "the intruder's lease_fence_mark with a trigger that resets the mark: refused, nothing adopted"
 sql fence_intruder >/dev/null <<'SQL'
-CREATE TABLE app.lease_fence (
+CREATE TABLE app.lease_fence_mark (
     resource   text PRIMARY KEY,
     mark       bigint NOT NULL CHECK (mark > 0),
     updated_at timestamptz
 );
-CREATE TRIGGER reset_mark BEFORE INSERT OR UPDATE ON app.lease_fence
+CREATE TRIGGER reset_mark BEFORE INSERT OR UPDATE ON app.lease_fence_mark
     FOR EACH ROW EXECUTE FUNCTION spy.reset_mark();
-GRANT SELECT, INSERT, UPDATE ON app.lease_fence TO fence_writer;
+GRANT SELECT, INSERT, UPDATE ON app.lease_fence_mark TO fence_writer;
 SQL
 install fence_owner
 expect_rc 3 "fence.sql refuses the intruder's table"
 assert_contains "$ERR" "LF003: fence.sql: refusing to install in schema app" "SQLSTATE LF003 and what it refused"
-assert_contains "$ERR" "lease_fence is owned by fence_intruder, not by the schema's owner fence_owner" \
+assert_contains "$ERR" "lease_fence_mark is owned by fence_intruder, not by the schema's owner fence_owner" \
     "the message names the table's owner"
-assert_contains "$ERR" "lease_fence has triggers: reset_mark" "the message names the trigger"
+assert_contains "$ERR" "lease_fence_mark has triggers: reset_mark" "the message names the trigger"
 assert_eq "$(kit_functions)" 0 "nothing was installed"
 check 100; assert_ne "$RC" 0 "no check runs against the intruder's table (token 100)"
 check 5;   assert_ne "$RC" 0 "a stale token 5 after 100 is not accepted"
-assert_eq "$(sql postgres -c "SELECT count(*) FROM app.lease_fence")" 0 "nothing was written to the intruder's table"
+assert_eq "$(sql postgres -c "SELECT count(*) FROM app.lease_fence_mark")" 0 "nothing was written to the intruder's table"
 assert_eq "$(ran_as)" "" "the intruder's trigger never ran"
 
 # precreated WHO SQL PHRASE DESCRIPTION: in a fresh schema, WHO makes a
-# lease_fence (or a function) the kit did not make; fence.sql run by the
+# lease_fence_mark (or a function) the kit did not make; fence.sql run by the
 # owner must refuse it with PHRASE, and install nothing.
 precreated() {
     reset_schema
@@ -154,53 +157,87 @@ precreated() {
 TABLE="(resource text PRIMARY KEY, mark bigint NOT NULL CHECK (mark > 0), updated_at timestamptz)"
 
 section "other tables the kit did not make: refused"
-precreated fence_intruder "CREATE TABLE app.lease_fence $TABLE" \
-    "lease_fence is owned by fence_intruder, not by the schema's owner fence_owner" \
+precreated fence_intruder "CREATE TABLE app.lease_fence_mark $TABLE" \
+    "lease_fence_mark is owned by fence_intruder, not by the schema's owner fence_owner" \
     "the kit's definition, made by the intruder"
 precreated fence_intruder "CREATE TABLE app.real $TABLE;
-    CREATE VIEW app.lease_fence AS SELECT * FROM app.real" \
-    "lease_fence is a view, not an ordinary table" "a view"
-precreated fence_intruder "CREATE TABLE app.lease_fence $TABLE;
-    CREATE RULE keep AS ON UPDATE TO app.lease_fence DO INSTEAD NOTHING" \
-    "lease_fence has rules: keep" "a rule"
-precreated fence_intruder "CREATE TABLE app.lease_fence $TABLE;
-    ALTER TABLE app.lease_fence ENABLE ROW LEVEL SECURITY;
-    CREATE POLICY everyone ON app.lease_fence USING (true)" \
-    "lease_fence has row-level security" "row-level security"
-precreated fence_intruder "CREATE TABLE app.lease_fence $TABLE;
-    CREATE POLICY everyone ON app.lease_fence USING (true)" \
-    "lease_fence has policies: everyone" "a policy"
-precreated fence_intruder "CREATE TABLE app.lease_fence (resource text, mark bigint NOT NULL,
+    CREATE VIEW app.lease_fence_mark AS SELECT * FROM app.real" \
+    "lease_fence_mark is a view, not an ordinary table" "a view"
+precreated fence_intruder "CREATE TABLE app.lease_fence_mark $TABLE;
+    CREATE RULE keep AS ON UPDATE TO app.lease_fence_mark DO INSTEAD NOTHING" \
+    "lease_fence_mark has rules: keep" "a rule"
+precreated fence_intruder "CREATE TABLE app.lease_fence_mark $TABLE;
+    ALTER TABLE app.lease_fence_mark ENABLE ROW LEVEL SECURITY;
+    CREATE POLICY everyone ON app.lease_fence_mark USING (true)" \
+    "lease_fence_mark has row-level security" "row-level security"
+precreated fence_intruder "CREATE TABLE app.lease_fence_mark $TABLE;
+    CREATE POLICY everyone ON app.lease_fence_mark USING (true)" \
+    "lease_fence_mark has policies: everyone" "a policy"
+precreated fence_intruder "CREATE TABLE app.lease_fence_mark (resource text, mark bigint NOT NULL,
     updated_at timestamptz) PARTITION BY LIST (resource)" \
-    "lease_fence is a partitioned table, not an ordinary table" "a partitioned table"
+    "lease_fence_mark is a partitioned table, not an ordinary table" "a partitioned table"
 precreated fence_intruder "CREATE FUNCTION app.lease_fence_check(resource text, token integer)
     RETURNS bigint LANGUAGE sql AS 'SELECT token::bigint'" \
     "schema app has functions named like the kit's that are not the kit's: app.lease_fence_check(text,integer) owned by fence_intruder" \
     "an overload of lease_fence_check"
 # Made by the owner itself, but not as the kit makes it.
-precreated fence_owner "CREATE UNLOGGED TABLE app.lease_fence $TABLE" \
-    "lease_fence is unlogged" "an unlogged table (a crash would empty it)"
-precreated fence_owner "CREATE TABLE app.lease_fence (resource text PRIMARY KEY,
+precreated fence_owner "CREATE UNLOGGED TABLE app.lease_fence_mark $TABLE" \
+    "lease_fence_mark is unlogged" "an unlogged table (a crash would empty it)"
+precreated fence_owner "CREATE TABLE app.lease_fence_mark (resource text PRIMARY KEY,
     mark bigint NOT NULL, updated_at timestamptz)" \
-    "lease_fence has constraints (PRIMARY KEY (resource)), not (CHECK ((mark > 0)), PRIMARY KEY (resource))" \
+    "lease_fence_mark has constraints (PRIMARY KEY (resource)), not (CHECK ((mark > 0)), PRIMARY KEY (resource))" \
     "no CHECK (mark > 0)"
-precreated fence_owner "CREATE TABLE app.lease_fence (resource text PRIMARY KEY,
+precreated fence_owner "CREATE TABLE app.lease_fence_mark (resource text PRIMARY KEY,
     mark integer NOT NULL CHECK (mark > 0), updated_at timestamptz)" \
-    "lease_fence has columns (resource text NOT NULL, mark integer NOT NULL, updated_at timestamp with time zone)" \
+    "lease_fence_mark has columns (resource text NOT NULL, mark integer NOT NULL, updated_at timestamp with time zone)" \
     "mark an integer"
-precreated fence_owner "CREATE TABLE app.lease_fence (resource text PRIMARY KEY,
+precreated fence_owner "CREATE TABLE app.lease_fence_mark (resource text PRIMARY KEY,
     mark bigint NOT NULL DEFAULT 1 CHECK (mark > 0), updated_at timestamptz, note text)" \
-    "lease_fence has columns (resource text NOT NULL, mark bigint NOT NULL DEFAULT 1, updated_at timestamp with time zone, note text)" \
+    "lease_fence_mark has columns (resource text NOT NULL, mark bigint NOT NULL DEFAULT 1, updated_at timestamp with time zone, note text)" \
     "a default and another column"
-precreated fence_owner "CREATE TABLE app.lease_fence $TABLE;
-    CREATE INDEX by_time ON app.lease_fence ((mark + 0))" \
-    "lease_fence has indexes the kit does not make: app.by_time" "an expression index"
+precreated fence_owner "CREATE TABLE app.lease_fence_mark $TABLE;
+    CREATE INDEX by_time ON app.lease_fence_mark ((mark + 0))" \
+    "lease_fence_mark has indexes the kit does not make: app.by_time" "an expression index"
 precreated fence_owner "CREATE TABLE app.parent (x int);
-    CREATE TABLE app.lease_fence $TABLE INHERITS (app.parent)" \
-    "lease_fence inherits from app.parent" "a parent table"
-precreated fence_owner "CREATE TABLE app.lease_fence $TABLE;
-    CREATE TABLE app.child () INHERITS (app.lease_fence)" \
-    "tables inherit from lease_fence: app.child" "a child table"
+    CREATE TABLE app.lease_fence_mark $TABLE INHERITS (app.parent)" \
+    "lease_fence_mark inherits from app.parent" "a parent table"
+precreated fence_owner "CREATE TABLE app.lease_fence_mark $TABLE;
+    CREATE TABLE app.child () INHERITS (app.lease_fence_mark)" \
+    "tables inherit from lease_fence_mark: app.child" "a child table"
+
+section "a lease_fence (the name of the store's table and of older kits'): the kit's only if an older kit's"
+# The store's definition, even another role's with a trigger: not the
+# kit's table, left alone; the kit installs and its checks never touch it.
+reset_schema
+sql fence_intruder >/dev/null <<'SQL'
+CREATE TABLE app.lease_fence (resource text PRIMARY KEY, mark bigint NOT NULL CHECK (mark >= 0));
+CREATE TRIGGER reset_mark BEFORE INSERT OR UPDATE ON app.lease_fence
+    FOR EACH ROW EXECUTE FUNCTION spy.reset_mark();
+SQL
+sql postgres -c "REVOKE CREATE ON SCHEMA app FROM fence_intruder"
+install fence_owner; expect_rc 0 "fence.sql beside another role's lease_fence of the store's definition"
+sql fence_owner -c "GRANT SELECT, INSERT, UPDATE ON app.lease_fence_mark TO fence_writer"
+check 100; expect_rc 0 "token 100"
+check 5; expect_rc 1 "token 5 after 100"
+assert_contains "$ERR" "LF001: stale fencing token" "refused as stale"
+assert_eq "$(ran_as)" "" "the trigger on lease_fence never ran"
+# An older kit's definition (the column updated_at), another role's: an
+# upgrade would take it over, the intruder's trigger with it. Refused.
+reset_schema
+sql fence_intruder >/dev/null <<SQL
+CREATE TABLE app.lease_fence $TABLE;
+CREATE TRIGGER reset_mark BEFORE INSERT OR UPDATE ON app.lease_fence
+    FOR EACH ROW EXECUTE FUNCTION spy.reset_mark();
+INSERT INTO app.lease_fence VALUES ('res/a', 100, now());
+SQL
+sql postgres -c "REVOKE CREATE ON SCHEMA app FROM fence_intruder; TRUNCATE spy.ran_as"
+install fence_owner
+expect_rc 3 "fence.sql refuses another role's lease_fence of an older kit's definition"
+assert_contains "$ERR" "LF003: fence.sql: refusing to install in schema app: lease_fence, with the column updated_at of an older kit's table, is not as the older kits made it: lease_fence is owned by fence_intruder, not by the schema's owner fence_owner" \
+    "says why"
+assert_eq "$(kit_functions)" 0 "nothing was installed"
+assert_eq "$(sql postgres -c "SELECT to_regclass('app.lease_fence_mark') IS NULL")" t "nothing was renamed or made"
+assert_eq "$(ran_as)" "" "the intruder's trigger never ran"
 
 section "no schema to install in, or a system one: refused"
 PGOPTIONS="-c search_path=nosuch" run fence_owner -f "$KIT/fence.sql"
@@ -218,7 +255,7 @@ section "the kit run by a role that is not the schema's owner: refused"
 reset_schema
 install fence_intruder
 expect_rc 3 "fence.sql as fence_intruder is refused"
-assert_contains "$ERR" "lease_fence is owned by fence_intruder, not by the schema's owner fence_owner" \
+assert_contains "$ERR" "lease_fence_mark is owned by fence_intruder, not by the schema's owner fence_owner" \
     "the table would be the intruder's"
 assert_eq "$(sql postgres -c "SELECT count(*) FROM pg_class WHERE relnamespace = 'app'::regnamespace")" 0 \
     "nothing was left behind"
@@ -277,7 +314,7 @@ install fence_owner; expect_rc 0 "fence.sql again"
 "$LEASE" fence-sql postgres >"$T/fence.sql" || fail "lease fence-sql postgres failed"
 PGOPTIONS="-c search_path=app" run fence_owner -f "$T/fence.sql"
 expect_rc 0 "lease fence-sql postgres | psql"
-sql fence_owner -c "GRANT SELECT, INSERT, UPDATE ON app.lease_fence TO fence_writer"
+sql fence_owner -c "GRANT SELECT, INSERT, UPDATE ON app.lease_fence_mark TO fence_writer"
 check 100; expect_rc 0 "token 100"
 check 5;   expect_rc 1 "token 5 after 100"
 assert_contains "$ERR" "LF001: stale fencing token" "refused as stale"
@@ -315,40 +352,40 @@ altered() {
 
 section "changed after the install: lease_fence_check refuses to run"
 # GRANT ALL gives TRIGGER too: the writer can hang a trigger on the marks.
-sql fence_owner -c "GRANT ALL ON app.lease_fence TO fence_writer"
-altered "CREATE TRIGGER reset_mark BEFORE INSERT OR UPDATE ON app.lease_fence
+sql fence_owner -c "GRANT ALL ON app.lease_fence_mark TO fence_writer"
+altered "CREATE TRIGGER reset_mark BEFORE INSERT OR UPDATE ON app.lease_fence_mark
     FOR EACH ROW EXECUTE FUNCTION spy.reset_mark()" fence_writer \
-    "lease_fence has triggers: reset_mark" "a trigger added by a role granted ALL" \
-    fence_owner "DROP TRIGGER reset_mark ON app.lease_fence"
-sql fence_owner -c "REVOKE ALL ON app.lease_fence FROM fence_writer;
-    GRANT SELECT, INSERT, UPDATE ON app.lease_fence TO fence_writer"
-altered "ALTER TABLE app.lease_fence OWNER TO fence_intruder" postgres \
-    "lease_fence is owned by fence_intruder, not by the schema's owner fence_owner" "a new owner" \
-    postgres "ALTER TABLE app.lease_fence OWNER TO fence_owner"
-altered "CREATE RULE keep AS ON UPDATE TO app.lease_fence DO INSTEAD NOTHING" fence_owner \
-    "lease_fence has rules: keep" "a rule" fence_owner "DROP RULE keep ON app.lease_fence"
-altered "ALTER TABLE app.lease_fence ENABLE ROW LEVEL SECURITY" fence_owner \
-    "lease_fence has row-level security" "row-level security" \
-    fence_owner "ALTER TABLE app.lease_fence DISABLE ROW LEVEL SECURITY"
-altered "ALTER TABLE app.lease_fence SET UNLOGGED" fence_owner "lease_fence is unlogged" "unlogged" \
-    fence_owner "ALTER TABLE app.lease_fence SET LOGGED"
+    "lease_fence_mark has triggers: reset_mark" "a trigger added by a role granted ALL" \
+    fence_owner "DROP TRIGGER reset_mark ON app.lease_fence_mark"
+sql fence_owner -c "REVOKE ALL ON app.lease_fence_mark FROM fence_writer;
+    GRANT SELECT, INSERT, UPDATE ON app.lease_fence_mark TO fence_writer"
+altered "ALTER TABLE app.lease_fence_mark OWNER TO fence_intruder" postgres \
+    "lease_fence_mark is owned by fence_intruder, not by the schema's owner fence_owner" "a new owner" \
+    postgres "ALTER TABLE app.lease_fence_mark OWNER TO fence_owner"
+altered "CREATE RULE keep AS ON UPDATE TO app.lease_fence_mark DO INSTEAD NOTHING" fence_owner \
+    "lease_fence_mark has rules: keep" "a rule" fence_owner "DROP RULE keep ON app.lease_fence_mark"
+altered "ALTER TABLE app.lease_fence_mark ENABLE ROW LEVEL SECURITY" fence_owner \
+    "lease_fence_mark has row-level security" "row-level security" \
+    fence_owner "ALTER TABLE app.lease_fence_mark DISABLE ROW LEVEL SECURITY"
+altered "ALTER TABLE app.lease_fence_mark SET UNLOGGED" fence_owner "lease_fence_mark is unlogged" "unlogged" \
+    fence_owner "ALTER TABLE app.lease_fence_mark SET LOGGED"
 altered "GRANT CREATE ON SCHEMA app TO fence_intruder" fence_owner \
     "schema app lets other roles create objects in it: fence_intruder" "CREATE granted on the schema" \
     fence_owner "REVOKE CREATE ON SCHEMA app FROM fence_intruder"
 altered "ALTER SCHEMA app OWNER TO fence_intruder" postgres \
-    "lease_fence is owned by fence_owner, not by the schema's owner fence_intruder" "a new schema owner" \
+    "lease_fence_mark is owned by fence_owner, not by the schema's owner fence_intruder" "a new schema owner" \
     postgres "ALTER SCHEMA app OWNER TO fence_owner"
 
 section "the table's definition changed by its owner: the install and lease_fence_problem() say so"
 # Only the owner can change these, who could as well replace the function:
 # each check does not look at them (it would cost it several times over).
-sql fence_owner -c "CREATE INDEX by_time ON app.lease_fence (updated_at)"
+sql fence_owner -c "CREATE INDEX by_time ON app.lease_fence_mark (updated_at)"
 install fence_owner
 expect_rc 3 "fence.sql refuses the table with another index"
-assert_contains "$ERR" "lease_fence has indexes the kit does not make: app.by_time" "the message names it"
+assert_contains "$ERR" "lease_fence_mark has indexes the kit does not make: app.by_time" "the message names it"
 run fence_writer -c "SELECT app.lease_fence_problem()"
 expect_rc 0 "lease_fence_problem()"
-assert_eq "$OUT" "lease_fence has indexes the kit does not make: app.by_time" "says the same"
+assert_eq "$OUT" "lease_fence_mark has indexes the kit does not make: app.by_time" "says the same"
 sql fence_owner -c "DROP INDEX app.by_time"
 install fence_owner; expect_rc 0 "fence.sql, the index dropped"
 
@@ -356,12 +393,12 @@ section "a trigger committed after a REPEATABLE READ snapshot, before the check"
 # The check reads the catalogs as of the transaction's snapshot: a trigger
 # committed after it is not seen there, but the row the INSERT wrote, or
 # did not write, shows it. rr_trigger EVENTS PHRASE: the trigger on EVENTS.
-sql fence_owner -c "GRANT TRIGGER ON app.lease_fence TO fence_writer"
+sql fence_owner -c "GRANT TRIGGER ON app.lease_fence_mark TO fence_writer"
 rr_trigger() {
     run fence_writer <<SQL
 BEGIN ISOLATION LEVEL REPEATABLE READ;
 SELECT 1;
-\\! psql -h "$PG_T/db" -p "$PG_PORT" -U fence_writer -d lease -X -q -v ON_ERROR_STOP=1 -c "CREATE TRIGGER reset_mark BEFORE $1 ON app.lease_fence FOR EACH ROW EXECUTE FUNCTION spy.reset_mark()"
+\\! psql -h "$PG_T/db" -p "$PG_PORT" -U fence_writer -d lease -X -q -v ON_ERROR_STOP=1 -c "CREATE TRIGGER reset_mark BEFORE $1 ON app.lease_fence_mark FOR EACH ROW EXECUTE FUNCTION spy.reset_mark()"
 SELECT app.lease_fence_check('res/a', 150::bigint);
 COMMIT;
 SQL
@@ -370,8 +407,8 @@ SQL
         "$1: the changed write is refused"
     assert_eq "$(mark)" 100 "$1: the mark is still 100"
     check 5; expect_rc 1 "$1: the next check"
-    assert_contains "$ERR" "lease_fence has triggers: reset_mark" "$1: the next check sees the trigger"
-    sql fence_owner -c "DROP TRIGGER reset_mark ON app.lease_fence"
+    assert_contains "$ERR" "lease_fence_mark has triggers: reset_mark" "$1: the next check sees the trigger"
+    sql fence_owner -c "DROP TRIGGER reset_mark ON app.lease_fence_mark"
 }
 rr_trigger "UPDATE" "1 after writing 150"
 rr_trigger "INSERT OR UPDATE" "100, yet token 150 was not written"

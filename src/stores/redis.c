@@ -1084,9 +1084,13 @@ static uint64_t redis_wait_ms(const redis_store *s)
     return s->wait_timeout_ms < cap ? s->wait_timeout_ms : cap;
 }
 
-static int wait_for_replicas(redis_store *s)
+/* WAIT for the replicas after a grant of `token` to `owner`. Too few is
+ * ESTORE whose message names the owner and the token: the caller (a
+ * command-line user with a generated owner, too) needs the owner to retry
+ * safely, and the token to recognise the grant it gets back. */
+static int wait_for_replicas(redis_store *s, const char *owner, uint64_t token)
 {
-    char n[16], ms[24];
+    char n[16], ms[24], err[LEASE__ERRMSG_SIZE];
     const char *a[3] = { "WAIT", n, ms };
     redisReply *r;
     int rc;
@@ -1095,15 +1099,23 @@ static int wait_for_replicas(redis_store *s)
     snprintf(ms, sizeof(ms), "%llu", (unsigned long long)redis_wait_ms(s));
     if ((rc = redis_call(&r, s, s->ctx, 3, a, NULL, "wait")) < 0) {
         freeReplyObject(r);
-        return rc;
+        /* The grant was made before the WAIT failed: as uncertain as too
+         * few replicas, and the retry needs the same owner. */
+        lease__strlcpy(err, lease_errmsg(), sizeof(err));
+        return lease__seterr(rc, "token %llu granted to owner %s on the "
+                             "primary, then %s: ownership is uncertain "
+                             "(acquiring again with this owner is safe)",
+                             (unsigned long long)token, owner, err);
     }
     rc = r->type == REDIS_REPLY_INTEGER && r->integer >= s->wait_replicas
              ? 0
              : lease__seterr(LEASE_ESTORE,
-                             "granted on the primary, but only %lld of %d "
-                             "replicas acknowledged it in time: ownership is "
-                             "uncertain (acquiring again with the same owner "
-                             "is safe)",
+                             "token %llu granted to owner %s on the primary, "
+                             "but only %lld of %d replicas acknowledged it in "
+                             "time: ownership is uncertain (acquiring again "
+                             "with this owner is safe: the same token while "
+                             "the grant lasts)",
+                             (unsigned long long)token, owner,
                              r->type == REDIS_REPLY_INTEGER ? r->integer : 0LL,
                              s->wait_replicas);
     freeReplyObject(r);
@@ -1188,7 +1200,7 @@ static int redis_acquire(lease_grant *out, lease_info *holder, lease_store *base
     out->ttl_ms = req->ttl_ms;
     redis_drop_sub(s); /* stop listening once the wait is over */
     if (s->wait_replicas > 0)
-        return wait_for_replicas(s);
+        return wait_for_replicas(s, req->owner, out->token);
     return 0;
 }
 

@@ -10,7 +10,9 @@
 #     has the grant as soon as acquire returns.
 # (b) replica stopped: ESTORE; the grant is on the primary (another owner
 #     is busy, not granted); the same owner's retry stays ESTORE with no
-#     new token; replica back: the retry succeeds with the same token.
+#     new token; the message names the owner and the token (also the
+#     owner acquire made up when none was given); replica back: the retry
+#     succeeds with the same token.
 # (c) wait_replicas=2 with one replica: ESTORE; retried with
 #     wait_replicas=1 by the same owner: the same token.
 # (d) renew and release do not wait (the URL promises it for acquisitions).
@@ -84,6 +86,19 @@ expect_error 6 "B's retry while the replica is still down"
 call "$LEASE" --store "$P" show k --json
 assert_eq "$(jget "$OUT" .token)" "$tok_b" "B's failed retry issued no new token"
 assert_eq "$(jget "$OUT" .owner)" "$OWNER_B" "still B's"
+# The message names the owner and the token: the retry it calls safe needs
+# the owner, and a user who let acquire pick one has no other way to it.
+call "$LEASE" --store "$W1" acquire k --ttl 30s --owner "$OWNER_B"
+expect_error 6 "B's retry, in text"
+assert_contains "$ERR" "owner $OWNER_B" "the message names B's owner"
+assert_contains "$ERR" "token $tok_b " "the message names B's token"
+call "$LEASE" --store "$W1" acquire anon --ttl 30s
+expect_error 6 "acquire with no --owner while the replica is down"
+anon_owner=$(printf '%s' "$ERR" | grep -oE 'owner [0-9a-f-]{36}' | head -n 1 | cut -d' ' -f2)
+anon_tok=$(printf '%s' "$ERR" | grep -oE 'token [0-9]+' | head -n 1 | cut -d' ' -f2)
+call "$LEASE" --store "$P" show anon --json
+assert_eq "$(jget "$OUT" .owner)" "$anon_owner" "the generated owner the message names holds anon"
+assert_eq "$(jget "$OUT" .token)" "$anon_tok" "the token the message names is anon's"
 
 redis_restart replica --replicaof 127.0.0.1 "$PORT_primary" || die "restart the replica"
 WAIT_TRIES=400 wait_for "the replica is in sync again" replica_synced replica
@@ -91,6 +106,9 @@ call "$LEASE" --store "$W1" acquire k --ttl 30s --owner "$OWNER_B" --json
 expect_rc 0 "B's retry once the replica is back"
 assert_eq "$(jget "$OUT" .token)" "$tok_b" "B's retry gets the same token"
 assert_eq "$(field_on replica k token)" "$tok_b" "the replica has B's grant"
+call "$LEASE" --store "$W1" acquire anon --ttl 30s --owner "$anon_owner" --json
+expect_rc 0 "the retry with the owner the message named"
+assert_eq "$(jget "$OUT" .token)" "$anon_tok" "it gets the token the message named"
 
 section "(c) wait_replicas=2 with one replica"
 call "$LEASE" --store "$W2" acquire k2 --ttl 30s --owner "$OWNER_D" --json

@@ -45,6 +45,10 @@ typedef struct cli_args {
 int cli_usage(const char *cmd, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 int cli_fail(int code, const char *what);
+/* The library's log lines stay on stderr, but not those of `event`, which
+ * the command reports itself as its error line (fence: "fenced"): one
+ * line for one event. Programs that route the log still get the event. */
+void cli_log_except(const char *event);
 int cli_exit_code(int lease_rc);
 int cli_open_store(lease_store **out, const cli_globals *g);
 /* --store URL (copied, and its secrets overwritten in argv at once, so

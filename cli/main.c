@@ -536,6 +536,7 @@ static int cmd_fence(cli_globals *g, cli_args *a)
         return cli_usage(a->cmd, "TOKEN: %s", lease_errmsg());
     if ((rc = cli_open_store(&s, g)))
         return rc;
+    cli_log_except("fenced");
     rc = lease_fence_advance(&mark, s, pos[0], token);
     lease_store_close(s);
     if (rc < 0 && rc != LEASE_ESTALE)

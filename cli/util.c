@@ -65,6 +65,30 @@ int cli_fail(int rc, const char *what)
     return cli_exit_code(rc);
 }
 
+/* The event whose library log line cli_log_except drops (NULL: none). */
+static const char *log_dropped;
+
+/* The library's default, a line on stderr, for every event but the one the
+ * command prints as its own error: the same event once, not twice. */
+static void log_sink(lease_log_level level, const char *line, void *payload)
+{
+    json_t *o = log_dropped ? json_loads(line, 0, NULL) : NULL;
+    const char *event = json_string_value(json_object_get(o, "event"));
+    int drop = event && strcmp(event, log_dropped) == 0;
+
+    (void)level;
+    (void)payload;
+    json_decref(o);
+    if (!drop)
+        fprintf(stderr, "%s\n", line);
+}
+
+void cli_log_except(const char *event)
+{
+    log_dropped = event;
+    lease_log_set(log_sink, NULL, LEASE_LOG_WARN);
+}
+
 /* The default URL's path is percent-encoded (lease_default_store_url
  * encodes a space, '%', '?', '#' and every non-ASCII byte): the directory
  * to make is the decoded one, the one the store then opens. */

@@ -138,8 +138,15 @@ assert_eq "$(jget "$OUT" .mark)" 5 "fence res 5 --json: mark"
 call "$LEASE" fence res 4
 expect_rc 5 "fence res 4 (stale)"
 expect_stderr "fence res 4 (stale)"
+# One line for one event: the tool's error, not the library's "fenced" log
+# line as well (a program that routes the log still gets that).
+assert_eq "$(printf '%s\n' "$ERR" | wc -l)" 1 "fence res 4: one line on stderr"
+assert_eq "$ERR" "lease fence: ESTALE: 'res' rejected token 4: it has seen 5" \
+    "fence res 4: the line is the tool's error"
 call "$LEASE" fence res 4 --json
 expect_rc 5 "fence res 4 --json (stale)"
+assert_eq "$(printf '%s\n' "$ERR" | wc -l)" 1 "fence res 4 --json: one line on stderr"
+assert_not_contains "$ERR" '"event"' "fence res 4 --json: no log line on stderr"
 assert_eq "$(jget "$OUT" .accepted)" false "fence res 4 --json: accepted"
 assert_eq "$(jget "$OUT" .mark)" 5 "fence res 4 --json: mark unchanged"
 assert_eq "$(jget "$OUT" .token)" 4 "fence res 4 --json: token"

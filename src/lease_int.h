@@ -115,6 +115,7 @@ const char *lease__url_param(const lease__url *url, const char *name);
 /* ?tokens=clock|counter (default clock); EINVALID for another value. */
 enum { LEASE__TOKENS_CLOCK = 0, LEASE__TOKENS_COUNTER = 1 };
 int lease__url_tokens(int *mode, const lease__url *url);
+int lease__url_tokens_refused(const char *why);
 /* A copy of `text` with the password replaced by "***" (malloc'ed). */
 char *lease__url_redact(const char *text);
 /* The scheme of `text`, lower-cased, into buf; EINVALID if none. */

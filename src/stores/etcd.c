@@ -4008,10 +4008,9 @@ static int etcd_parse_params(etcd_store *s, const lease__url *u)
                                    "or json (etcd's JSON gateway), not '%.32s'",
                                    v ? v : "");
         } else if (strcmp(name, "tokens") == 0)
-            rc = lease__seterr(LEASE_EINVALID, "tokens= is for the stores that "
-                               "replicate asynchronously (redis, postgres): etcd's "
-                               "tokens are revisions agreed by consensus, never "
-                               "issued twice");
+            rc = lease__url_tokens_refused("etcd's tokens are revisions "
+                                           "agreed by consensus, never issued "
+                                           "twice");
         else
             rc = lease__seterr(LEASE_EINVALID, "unknown etcd URL parameter '%.64s' "
                                "(known: cacert, cert, key, password_file, transport)", name);

@@ -645,10 +645,8 @@ static int sqlite_check_url(const lease__url *u)
                              "file whose name starts with 'file:')");
     for (i = 0; i < u->nparams; i++)
         if (strcmp(u->params[i].name, "tokens") == 0)
-            return lease__seterr(LEASE_EINVALID, "tokens= is for the stores that "
-                                 "replicate asynchronously (redis, postgres): an "
-                                 "SQLite file has no replica that could issue a "
-                                 "token again");
+            return lease__url_tokens_refused("an SQLite file has no replica "
+                                             "that could issue a token again");
         else if (strcmp(u->params[i].name, "synchronous") != 0)
             return lease__seterr(LEASE_EINVALID, "unknown sqlite URL parameter '%s'",
                                  u->params[i].name);

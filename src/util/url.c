@@ -216,10 +216,12 @@ const char *lease__url_param(const lease__url *u, const char *name)
 }
 
 /*
- * ?tokens=clock|counter, for the stores that replicate asynchronously
- * (Redis, PostgreSQL): clock (the default) floors a new grant's token at
- * the server's clock in microseconds, so that a promoted replica that lost
- * the last grants still issues newer tokens; counter is the plain +1.
+ * ?tokens=clock|counter, for the stores whose token counter can be lost
+ * (Redis and PostgreSQL on a failover to a replica that lacks the last
+ * grants, Kubernetes with a Lease object deleted): clock (the default)
+ * floors a new grant's token at the server's clock in microseconds, so
+ * that a counter that went back still issues newer tokens; counter is the
+ * plain +1.
  */
 int lease__url_tokens(int *mode, const lease__url *u)
 {
@@ -234,6 +236,15 @@ int lease__url_tokens(int *mode, const lease__url *u)
     }
     return lease__seterr(LEASE_EINVALID, "tokens=%.32s: use tokens=clock (the "
                          "default) or tokens=counter", v);
+}
+
+/* ?tokens= on a store whose counter is never lost (SQLite, etcd): refused
+ * with one list of the stores that take it (above), and the store's `why`. */
+int lease__url_tokens_refused(const char *why)
+{
+    return lease__seterr(LEASE_EINVALID, "tokens= is for the stores whose token "
+                         "counter can be lost (redis, postgres, kubernetes): %s",
+                         why);
 }
 
 /*

@@ -167,6 +167,17 @@ for cmd in "ls" "show k" "acquire k" "fence res 8"; do
 done
 assert_eq "$(stat -c %s "$T/afile")" 0 "the regular file in the way is untouched"
 
+section "?tokens= on a store that takes none"
+# Refused before any connection, with the same list of the stores that take
+# it, all three of them (nothing listens on port 1).
+tok_urls=("sqlite://$T/tok.db?tokens=clock")
+has_store etcd && tok_urls+=("etcd://127.0.0.1:1?tokens=counter")
+for url in "${tok_urls[@]}"; do
+    bad 2 "$url" --store "$url" ls
+    assert_contains "$ERR" "(redis, postgres, kubernetes)" "$url: the stores that take tokens= are named"
+done
+assert_no_file "$T/tok.db" "no file made for a refused tokens="
+
 section "passwords never printed"
 # Without a redis store (an SQLite-only build) the URL is refused (2)
 # before any connection; with it, nothing listens on port 1 (6).

@@ -46,7 +46,7 @@ done
 
 section "tokens= is not for SQLite"
 for url in 'sqlite:x.db?tokens=clock' 'sqlite:x.db?tokens=counter'; do
-    refused "$url" "tokens= is for the stores that replicate asynchronously" "tokens="
+    refused "$url" "tokens= is for the stores whose token counter can be lost" "tokens="
 done
 
 section "user info and hosts"

@@ -95,7 +95,8 @@ static const char usage_renew[] =
     "  --owner UUID   the owner that acquired the lease (required)\n"
     "  --token N      the token it was granted (required)\n"
     "  --ttl DUR      new lease duration (default: the lease's current ttl)\n"
-    "  --json         print {key, owner, token, ttl_ms, label, valid_ms}\n"
+    "  --json         print {key, owner, token, ttl_ms, label, valid_ms}, label\n"
+    "                 the one the lease keeps (null if it could not be read)\n"
     "exit: 0 renewed, 4 lost (not the holder any more, or expired), 6 store failed\n";
 
 static const char usage_release[] =
@@ -319,8 +320,10 @@ static int cmd_renew(cli_globals *g, cli_args *a)
     cmd_opts o = { 0 };
     const char *pos[1];
     lease_grant grant;
+    lease_info info;
     lease_store *s;
-    int npos = 0, rc;
+    json_t *j;
+    int npos = 0, rc, known;
 
     rc = parse(g, a, &o, " --ttl --owner --token ", pos, 1, &npos, usage_renew);
     if (rc)
@@ -329,23 +332,34 @@ static int cmd_renew(cli_globals *g, cli_args *a)
         return rc;
     if ((rc = cli_open_store(&s, g)))
         return rc;
-    if (!o.has_ttl) {
-        /* Keep the ttl the holder chose when it acquired. */
-        lease_info info;
-        o.ttl_ms = DEFAULT_TTL_MS;
-        if (lease_inspect(&info, s, pos[0]) == 0 && info.held &&
-            info.token == grant.token && info.ttl_ms > 0) {
-            o.ttl_ms = info.ttl_ms;
-            memcpy(grant.label, info.label, sizeof(grant.label));
-        }
-    }
+    /* A renewal answers yes or no: the label the lease keeps is read from
+     * the store, and without --ttl the ttl the holder chose when it
+     * acquired (the grant's token names one grant of the key). */
+    known = lease_inspect(&info, s, pos[0]) == 0 && info.held &&
+            info.token == grant.token;
+    if (known)
+        memcpy(grant.label, info.label, sizeof(grant.label));
+    if (!o.has_ttl)
+        o.ttl_ms = known && info.ttl_ms > 0 ? info.ttl_ms : DEFAULT_TTL_MS;
     rc = lease_renew(&grant, s, o.ttl_ms);
+    /* The read failed and the renewal did not (a store that missed one
+     * answer): read once more. */
+    if (rc == 0 && !known && g->json) {
+        known = lease_inspect(&info, s, pos[0]) == 0 && info.held &&
+                info.token == grant.token;
+        if (known)
+            memcpy(grant.label, info.label, sizeof(grant.label));
+    }
     lease_store_close(s);
     if (rc < 0)
         return cli_fail(rc, "renew");
-    if (g->json)
-        cli_print_json(cli_grant_json(&grant));
-    else
+    if (g->json) {
+        j = cli_grant_json(&grant);
+        /* Unknown is null, never "" (a lease with no label). */
+        if (!known)
+            json_object_set_new(j, "label", json_null());
+        cli_print_json(j);
+    } else
         print_grant("renewed", &grant, 0);
     return EXIT_OK;
 }

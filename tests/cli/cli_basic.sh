@@ -38,6 +38,18 @@ call "$LEASE" renew k --owner "$A_OWNER" --token 1 --ttl 45s --json
 expect_rc 0 "renew --ttl 45s --json"
 assert_eq "$(jget "$OUT" .ttl_ms)" 45000 "renew --json: ttl_ms"
 assert_eq "$(jget "$OUT" .token)" 1 "renew --json: token"
+# The lease keeps its label through a renewal, with --ttl or without.
+label_k=$("$LEASE" show k --json | jq -r .label)
+assert_eq "$(jget "$OUT" .label)" "$label_k" "renew --ttl --json: the label the lease keeps"
+call "$LEASE" acquire lab --label 'the label' --json
+lab_owner=$(jget "$OUT" .owner)
+lab_token=$(jget "$OUT" .token)
+call "$LEASE" renew lab --owner "$lab_owner" --token "$lab_token" --ttl 20s --json
+expect_rc 0 "renew lab --ttl 20s --json"
+assert_eq "$(jget "$OUT" .label)" "the label" "renew --ttl --json: the label, not \"\""
+call "$LEASE" renew lab --owner "$lab_owner" --token "$lab_token" --json
+assert_eq "$(jget "$OUT" .label)" "the label" "renew --json: the label"
+assert_eq "$(jget "$OUT" .ttl_ms)" 20000 "renew --json: the ttl of the last renewal is kept"
 call "$LEASE" renew k --owner "$A_OWNER" --token 2
 expect_error 4 "renew with a wrong token"
 call "$LEASE" renew k --owner "$OWNER_B" --token 1

@@ -40,8 +40,9 @@ static const char usage_hold[] =
     "LEASE_KEY_<n-1>, LEASE_TOKEN_<n-1> (in the order given), LEASE_OWNER and\n"
     "LEASE_TTL_MS; no LEASE_KEY nor LEASE_TOKEN.\n"
     "  --keys-from FILE  more keys, one per line ('-': stdin; a CRLF line end is\n"
-    "                taken as one); blank lines are skipped; a key given twice is\n"
-    "                a usage error\n"
+    "                taken as one); blank lines and lines whose first non-blank\n"
+    "                character is '#' (comments) are skipped; a key given twice\n"
+    "                is a usage error\n"
     "  --ttl DUR     lease duration of every key (default 30s)\n"
     "  --wait DUR    wait up to DUR for each key, also through store failures\n"
     "                (default: try once)\n"
@@ -120,15 +121,19 @@ static int hold_add(hold_opts *h, cli_args *a, const char *key, const char *wher
     return 0;
 }
 
-/* Only spaces and tabs (or nothing): a blank line of --keys-from. */
-static int blank(const char *s)
+/* A line of --keys-from that holds no key: blank (only spaces and tabs,
+ * or nothing), or a comment (its first other character is '#'), as in the
+ * key lists people keep in files. */
+static int no_key(const char *s)
 {
-    return s[strspn(s, " \t\r")] == '\0';
+    s += strspn(s, " \t\r");
+    return *s == '\0' || *s == '#';
 }
 
 /* --keys-from FILE: one key per line, '-' for stdin. A key is the whole
  * line without its newline (it may hold spaces); a NUL byte cannot be in a
- * key, so a line with one is refused rather than cut short. */
+ * key, so a line with one is refused rather than cut short. A key that
+ * starts with '#' is given as an argument. */
 static int hold_read_keys(hold_opts *h, cli_args *a)
 {
     int use_stdin = strcmp(h->keys_from, "-") == 0;
@@ -151,7 +156,7 @@ static int hold_read_keys(hold_opts *h, cli_args *a)
         snprintf(where, sizeof(where), "--keys-from line %zu", lineno);
         if (strlen(line) != (size_t)len)
             rc = cli_usage(a->cmd, "%s holds a NUL byte", where);
-        else if (!blank(line))
+        else if (!no_key(line))
             rc = hold_add(h, a, line, where);
     }
     if (rc == 0 && ferror(f))

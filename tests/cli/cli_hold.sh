@@ -4,7 +4,7 @@
 # LEASE_TOKEN_<i>, LEASE_SHARDS, LEASE_SHARD_<i>; no LEASE_KEY nor
 # LEASE_TOKEN), all or nothing when a key is busy, usage errors before any
 # acquire (keys too many for the command's environment among them),
-# --keys-from (CRLF too), claim around another owner's shards, the command
+# --keys-from (CRLF and comment lines too), claim around another owner's shards, the command
 # stopped (exit 4) when one of its grants is taken behind its back, keys
 # acquired in byte order, a key lost while --wait waits for a later one
 # (exit 4, the command never started), and --wait through a store failure.
@@ -257,6 +257,22 @@ expect_rc 0 "hold --keys-from a CRLF file"
 assert_eq "$OUT" "2|h/1|h/2" "the keys without their CR (and the CRLF blank line skipped)"
 assert_eq "$("$LEASE" ls h/ --json 2>/dev/null | jq -r '[.[].key] | sort | join(" ")' 2>/dev/null)" \
     "h/1 h/2" "the store has h/1 and h/2, nothing with a CR"
+
+section "(h2) --keys-from: comment lines are no keys"
+printf '# the keys of h2\nh2/1\n   # indented, after spaces\n\t# after a tab\n\nh2/2 # not a comment: part of the key\n#\n' \
+    >"$T/h2.keys"
+call "$LEASE" hold --keys-from "$T/h2.keys" -- sh -c 'printf "%s|%s|%s" "$LEASE_COUNT" "$LEASE_KEY_0" "$LEASE_KEY_1"'
+expect_rc 0 "hold --keys-from a file with comments"
+assert_eq "$OUT" "2|h2/1|h2/2 # not a comment: part of the key" \
+    "the two keys; the comment lines skipped, a '#' after a key kept in it"
+assert_eq "$("$LEASE" ls --json 2>/dev/null | jq -r '[.[].key | select(startswith("#") or startswith(" ") or startswith("\t"))] | length' 2>/dev/null)" \
+    0 "the store has no key made of a comment"
+printf '# only comments\n  \n' >"$T/h2.none"
+usage_case "a --keys-from of comments only, and no KEY" hold --keys-from "$T/h2.none" -- true
+assert_contains "$ERR" "no keys" "comments only: no keys"
+call "$LEASE" hold '#h2' -- sh -c 'printf %s "$LEASE_KEY_0"'
+expect_rc 0 "a key that starts with '#' on the command line"
+assert_eq "$OUT" "#h2" "the command line's key that starts with '#'"
 
 section "(i) keys too many for the command's environment: exit 2, nothing acquired"
 seq 1 20000 | sed 's/^/c\/a-key-of-some-length-/' >"$T/i.keys"

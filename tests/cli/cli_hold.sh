@@ -274,6 +274,21 @@ call "$LEASE" hold '#h2' -- sh -c 'printf %s "$LEASE_KEY_0"'
 expect_rc 0 "a key that starts with '#' on the command line"
 assert_eq "$OUT" "#h2" "the command line's key that starts with '#'"
 
+section "(h3) --pass-store: CMD gets LEASE_STORE with it, and only with it"
+STORE_OF_CMD='printf "[%s]" "${LEASE_STORE-unset}"'
+call "$LEASE" hold h3/1 -- sh -c "$STORE_OF_CMD"
+assert_eq "$OUT" "[unset]" "hold without --pass-store: no LEASE_STORE"
+call "$LEASE" hold h3/1 --pass-store -- sh -c "$STORE_OF_CMD"
+assert_eq "$OUT" "[$LEASE_STORE]" "hold --pass-store: LEASE_STORE"
+call "$LEASE" claim h3 --count 1 --of 2 -- sh -c "$STORE_OF_CMD"
+assert_eq "$OUT" "[unset]" "claim without --pass-store: no LEASE_STORE"
+call "$LEASE" claim h3 --count 1 --of 2 --pass-store -- sh -c "$STORE_OF_CMD"
+assert_eq "$OUT" "[$LEASE_STORE]" "claim --pass-store: LEASE_STORE"
+for cmd in hold claim; do
+    call "$LEASE" "$cmd" --help
+    assert_contains "$OUT" "--pass-store  give CMD the store URL" "$cmd --help documents --pass-store"
+done
+
 section "(i) keys too many for the command's environment: exit 2, nothing acquired"
 seq 1 20000 | sed 's/^/c\/a-key-of-some-length-/' >"$T/i.keys"
 usage_case "hold of 20000 keys (over 1 MiB of environment)" hold --keys-from "$T/i.keys" -- true

@@ -391,18 +391,82 @@ static int cmd_release(cli_globals *g, cli_args *a)
     return EXIT_OK;
 }
 
+/*
+ * The columns of show, ls and history: at least their classic widths (a
+ * 32-column key, a 6-digit token), wider when a row needs it - the
+ * 16-digit clock tokens of PostgreSQL, Redis and Kubernetes, a long key, a
+ * 24 h ttl - so that every row of a listing, and history's header, line up.
+ */
+typedef struct {
+    int key, token, left;
+} info_cols;
+
+/* Columns on a terminal: UTF-8 characters, not bytes (the escaped text is
+ * valid UTF-8). */
+static int text_cols(const char *s)
+{
+    int n = 0;
+
+    for (; *s; s++)
+        n += ((unsigned char)*s & 0xc0) != 0x80;
+    return n;
+}
+
+static int num_cols(unsigned long long v)
+{
+    int n = 1;
+
+    while (v >= 10) {
+        v /= 10;
+        n++;
+    }
+    return n;
+}
+
+static int max_int(int a, int b)
+{
+    return a > b ? a : b;
+}
+
+static void info_cols_of(info_cols *c, const lease_info *items, size_t n)
+{
+    size_t i;
+
+    c->key = 32;
+    c->token = 6;
+    c->left = 6;
+    for (i = 0; i < n; i++) {
+        char *key = cli_text(items[i].key);
+
+        if (key)
+            c->key = max_int(c->key, text_cols(key));
+        free(key);
+        c->token = max_int(c->token, num_cols(items[i].token));
+        if (items[i].held)
+            c->left = max_int(c->left, num_cols(items[i].remaining_ms));
+    }
+}
+
+/* s, then spaces up to `width` columns. */
+static void put_padded(const char *s, int width)
+{
+    fputs(s, stdout);
+    for (width -= text_cols(s); width > 0; width--)
+        putchar(' ');
+}
+
 /* Keys, labels and owners come from anybody who can write to the store:
  * escaped (escape.h), so that none can move the cursor or forge a line. */
-static void print_info(const lease_info *i)
+static void print_info(const lease_info *i, const info_cols *c)
 {
     const char *state = cli_state_name(i);
     char *key = cli_text(i->key);
 
-    printf("%-32s %-8s token %-6llu", key ? key : "?", state,
-           (unsigned long long)i->token);
+    put_padded(key ? key : "?", c->key);
+    printf(" %-8s token %-*llu", state, c->token, (unsigned long long)i->token);
     free(key);
     if (i->held) {
-        printf(" %6llums left  ", (unsigned long long)i->remaining_ms);
+        printf(" %*llums left  ", c->left, (unsigned long long)i->remaining_ms);
         cli_put_text(stdout, i->label[0] ? i->label : "-");
         fputs(" (", stdout);
         cli_put_text(stdout, i->owner);
@@ -430,10 +494,14 @@ static int cmd_show(cli_globals *g, cli_args *a)
     lease_store_close(s);
     if (rc < 0)
         return cli_fail(rc, "show");
-    if (g->json)
+    if (g->json) {
         cli_print_json(cli_info_json(&info));
-    else
-        print_info(&info);
+    } else {
+        info_cols c;
+
+        info_cols_of(&c, &info, 1);
+        print_info(&info, &c);
+    }
     return EXIT_OK;
 }
 
@@ -463,8 +531,11 @@ static int cmd_ls(cli_globals *g, cli_args *a)
             json_array_append_new(arr, cli_info_json(&items[i]));
         cli_print_json(arr);
     } else {
+        info_cols c;
+
+        info_cols_of(&c, items, n);
         for (i = 0; i < n; i++)
-            print_info(&items[i]);
+            print_info(&items[i], &c);
     }
     lease_list_free(items);
     return EXIT_OK;
@@ -472,18 +543,23 @@ static int cmd_ls(cli_globals *g, cli_args *a)
 
 static void print_history(const lease_history_entry *h, size_t n)
 {
+    int wtok = 8, wttl = 9; /* wider for a row that needs it (info_cols) */
     size_t i;
 
-    printf("%-8s %-24s %-9s %-24s %-9s %s\n", "TOKEN", "ACQUIRED", "ENDED",
-           "ENDED AT", "TTL", "LABEL (OWNER)");
+    for (i = 0; i < n; i++) {
+        wtok = max_int(wtok, num_cols(h[i].token));
+        wttl = max_int(wttl, num_cols(h[i].ttl_ms) + 2); /* "ms" */
+    }
+    printf("%-*s %-24s %-9s %-24s %-*s %s\n", wtok, "TOKEN", "ACQUIRED", "ENDED",
+           "ENDED AT", wttl, "TTL", "LABEL (OWNER)");
     for (i = 0; i < n; i++) {
         char acquired[40], ended[40], ttl[24];
 
         cli_format_wall(acquired, sizeof(acquired), h[i].acquired_ms);
         cli_format_wall(ended, sizeof(ended), h[i].ended_ms);
         snprintf(ttl, sizeof(ttl), "%llums", (unsigned long long)h[i].ttl_ms);
-        printf("%-8llu %-24s %-9s %-24s %-9s ", (unsigned long long)h[i].token,
-               acquired, lease_ended_name(h[i].ended), ended, ttl);
+        printf("%-*llu %-24s %-9s %-24s %-*s ", wtok, (unsigned long long)h[i].token,
+               acquired, lease_ended_name(h[i].ended), ended, wttl, ttl);
         cli_put_text(stdout, h[i].label[0] ? h[i].label : "-");
         fputs(" (", stdout);
         cli_put_text(stdout, h[i].owner);

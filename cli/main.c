@@ -84,7 +84,9 @@ static const char usage_acquire[] =
     "                 with the owner that holds the lease returns the same token\n"
     "  --label TEXT   holder label shown to people (default host:pid)\n"
     "  --wait DUR     wait up to DUR for the key to become free (default: try once)\n"
-    "  --json         print {key, owner, token, ttl_ms, label, valid_ms}\n"
+    "  --json         print {key, owner, token, ttl_ms, label, valid_ms,\n"
+    "                 remaining_ms}; valid_ms and remaining_ms are one value, the\n"
+    "                 time left before the local deadline\n"
     "exit: 0 acquired, 3 held by another, 7 still held after --wait, 6 store failed\n";
 
 static const char usage_renew[] =
@@ -95,8 +97,8 @@ static const char usage_renew[] =
     "  --owner UUID   the owner that acquired the lease (required)\n"
     "  --token N      the token it was granted (required)\n"
     "  --ttl DUR      new lease duration (default: the lease's current ttl)\n"
-    "  --json         print {key, owner, token, ttl_ms, label, valid_ms}, label\n"
-    "                 the one the lease keeps (null if it could not be read)\n"
+    "  --json         print the grant as acquire --json does, label the one the\n"
+    "                 lease keeps (null if it could not be read)\n"
     "exit: 0 renewed, 4 lost (not the holder any more, or expired), 6 store failed\n";
 
 static const char usage_release[] =
@@ -113,7 +115,9 @@ static const char usage_show[] =
     "usage: lease show KEY [--json]\n"
     "\n"
     "Show the state of KEY: held, expired or free, with owner, label, token\n"
-    "and time left. exit: 0, or 1 if KEY was never acquired.\n";
+    "and time left. --json prints {key, state, owner, label, token,\n"
+    "remaining_ms, ttl_ms}; owner and label are null with no holder to show.\n"
+    "exit: 0, or 1 if KEY was never acquired.\n";
 
 static const char usage_ls[] =
     "usage: lease ls [PREFIX] [--json]\n"

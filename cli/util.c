@@ -435,15 +435,21 @@ void cli_print_json(json_t *obj)
     fflush(stdout);
 }
 
+/* valid_ms and remaining_ms are one value: the time left before the
+ * grant's local deadline. remaining_ms is the name show, leader and the
+ * agent give the time left; valid_ms stays, as it always was. */
 json_t *cli_grant_json(const lease_grant *g)
 {
-    return json_pack("{s:o, s:s, s:I, s:I, s:o, s:I}",
+    json_int_t left = (json_int_t)lease_grant_remaining_ms(g);
+
+    return json_pack("{s:o, s:s, s:I, s:I, s:o, s:I, s:I}",
                      "key", cli_json_str(g->key),
                      "owner", g->owner,
                      "token", (json_int_t)g->token,
                      "ttl_ms", (json_int_t)g->ttl_ms,
                      "label", cli_json_str(g->label),
-                     "valid_ms", (json_int_t)lease_grant_remaining_ms(g));
+                     "valid_ms", left,
+                     "remaining_ms", left);
 }
 
 const char *cli_state_name(const lease_info *i)
@@ -458,15 +464,19 @@ const char *cli_state_name(const lease_info *i)
     }
 }
 
+/* A key with no holder to show (free, or expired where the store forgot
+ * the holder) has a null owner and a null label, as leader and the agent
+ * show no leader: "" would read as a holder whose label is empty. */
 json_t *cli_info_json(const lease_info *i)
 {
     const char *state = cli_state_name(i);
+    int no_label = !i->held && i->label[0] == '\0';
 
     return json_pack("{s:o, s:s, s:o, s:o, s:I, s:I, s:I}",
                      "key", cli_json_str(i->key),
                      "state", state,
                      "owner", i->owner[0] ? json_string(i->owner) : json_null(),
-                     "label", cli_json_str(i->label),
+                     "label", no_label ? json_null() : cli_json_str(i->label),
                      "token", (json_int_t)i->token,
                      "remaining_ms", (json_int_t)i->remaining_ms,
                      "ttl_ms", (json_int_t)i->ttl_ms);

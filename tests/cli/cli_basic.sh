@@ -19,6 +19,10 @@ assert_eq "$(jget "$OUT" .label)" holder-A "acquire --json: label"
 assert_eq "$(jget "$OUT" '.valid_ms | type')" number "acquire --json: valid_ms is a number"
 assert_eq "$(jget "$OUT" '[has("key","owner","token","ttl_ms","label","valid_ms")] | all')" \
     true "acquire --json: has key, owner, token, ttl_ms, label, valid_ms"
+# remaining_ms, the name show, leader and the agent give the time left, is
+# valid_ms's value: one name across the commands, the old one kept.
+assert_eq "$(jget "$OUT" '.remaining_ms == .valid_ms and (.remaining_ms | type) == "number"')" \
+    true "acquire --json: remaining_ms beside valid_ms, the same value"
 
 section "acquire by another owner: busy"
 call "$LEASE" acquire k --owner "$OWNER_B" --label holder-B
@@ -50,6 +54,8 @@ assert_eq "$(jget "$OUT" .label)" "the label" "renew --ttl --json: the label, no
 call "$LEASE" renew lab --owner "$lab_owner" --token "$lab_token" --json
 assert_eq "$(jget "$OUT" .label)" "the label" "renew --json: the label"
 assert_eq "$(jget "$OUT" .ttl_ms)" 20000 "renew --json: the ttl of the last renewal is kept"
+assert_eq "$(jget "$OUT" '.remaining_ms == .valid_ms and (.remaining_ms | type) == "number"')" \
+    true "renew --json: remaining_ms beside valid_ms, the same value"
 call "$LEASE" renew k --owner "$A_OWNER" --token 2
 expect_error 4 "renew with a wrong token"
 call "$LEASE" renew k --owner "$OWNER_B" --token 1
@@ -77,6 +83,11 @@ call "$LEASE" show k --json
 expect_rc 0 "show k after release"
 assert_eq "$(jget "$OUT" .state)" free "state after release"
 assert_eq "$(jget "$OUT" .owner)" null "owner after release"
+# No holder: no label either, null as lease leader and the agent say it.
+assert_eq "$(jget "$OUT" '.label | tostring')" null "label after release"
+call "$LEASE" ls k --json
+assert_eq "$(jget "$OUT" '[.[] | select(.key == "k") | .label, .owner] | map(tostring) | join(" ")')" \
+    "null null" "ls --json: a free key's label and owner"
 call "$LEASE" release k --owner "$A_OWNER" --token 1
 expect_error 4 "releasing twice"
 call "$LEASE" renew k --owner "$A_OWNER" --token 1
@@ -185,10 +196,14 @@ call "$LEASE" acquire long --owner "$OWNER_B" --wait 200ms
 expect_error 7 "acquire --wait 200ms of a key held for 30s"
 
 section "expired lease"
-call "$LEASE" acquire e --ttl 100ms --json
+call "$LEASE" acquire e --ttl 100ms --label gone --json
 expect_rc 0 "acquire e --ttl 100ms"
 E_OWNER=$(jget "$OUT" .owner)
 wait_for "e expires" key_state_is e expired
+# SQLite keeps the holder that did not renew in time: shown, label too.
+call "$LEASE" show e --json
+assert_eq "$(jget "$OUT" '[.state, .owner, .label] | @tsv')" "$(printf 'expired\t%s\tgone' "$E_OWNER")" \
+    "show of an expired lease: the holder the store kept, with its label"
 call "$LEASE" renew e --owner "$E_OWNER" --token 1
 expect_error 4 "renewing an expired lease"
 call "$LEASE" acquire e --owner "$E_OWNER" --json

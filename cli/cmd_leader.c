@@ -14,9 +14,10 @@ static const char usage_leader[] =
     "\n"
     "Show the leader of election NAME: its label, owner, epoch and time left.\n"
     "With --watch, print the leader again at every transition (a new epoch, or\n"
-    "no leader), until --count transitions were printed, --for DUR passed, or\n"
-    "the command is interrupted. --json prints one JSON object per line:\n"
-    "{name, leader, label, owner, epoch, remaining_ms}.\n"
+    "no leader), until --count N transitions were printed after the first line,\n"
+    "--for DUR passed, or the command is interrupted. --json prints one JSON\n"
+    "object per line: {name, leader (true while one leads), label, owner,\n"
+    "epoch, remaining_ms}.\n"
     "exit: 0; 1 if NAME never had a leader (without --watch); 6 store failed\n";
 
 /* NAME, the label and the owner are bytes from the user or the store:

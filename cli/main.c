@@ -144,6 +144,7 @@ static const char usage_fence[] =
     "The fencing check a protected resource runs before every write: accept\n"
     "TOKEN if it is at least RESOURCE's high-water mark and raise the mark.\n"
     "Run it once right after acquiring to install the new generation.\n"
+    "  --json   print {accepted, token, mark}, also when the token is stale\n"
     "exit: 0 accepted, 5 stale (an older generation), 6 store failed\n";
 
 static const char usage_help[] =

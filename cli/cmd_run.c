@@ -617,7 +617,18 @@ static char **run_env_build(const authority *au, const lease_grant *g, const run
     return env;
 }
 
-static pid_t start_child(char **argv, char **env, sigset_t *oldmask)
+/* The command the user typed, for the child's one error line: run, elect,
+ * hold and claim all start their command here. */
+static const char *run_cmd_name(const cli_run_opts *o)
+{
+    if (o->elect)
+        return "elect";
+    if (o->keys != NULL)
+        return o->want ? "claim" : "hold";
+    return "run";
+}
+
+static pid_t start_child(char **argv, char **env, const char *cmd, sigset_t *oldmask)
 {
     pid_t pid = fork();
 
@@ -629,8 +640,9 @@ static pid_t start_child(char **argv, char **env, sigset_t *oldmask)
             _exit(127);
         sigprocmask(SIG_SETMASK, oldmask, NULL);
         execvpe(argv[0], argv, env);
-        fprintf(stderr, "lease run: cannot run %s: %s\n", argv[0], strerror(errno));
-        _exit(errno == ENOENT ? 127 : 126);
+        int err = errno; /* fprintf may change errno before the exit code reads it */
+        fprintf(stderr, "lease %s: cannot run %s: %s\n", cmd, argv[0], strerror(err));
+        _exit(err == ENOENT ? 127 : 126);
     }
     if (pid > 0)
         setpgid(pid, pid); /* also here: no race with the first kill */
@@ -650,7 +662,7 @@ static pid_t run_spawn(char **argv, const authority *au, const lease_grant *g,
         errno = ENOMEM;
         return -1;
     }
-    pid = start_child(argv, env, oldmask);
+    pid = start_child(argv, env, run_cmd_name(o), oldmask);
     run_env_free(env, ours);
     return pid;
 }

@@ -468,16 +468,23 @@ static void print_info(const lease_info *i, const info_cols *c)
     char *key = cli_text(i->key);
 
     put_padded(key ? key : "?", c->key);
-    printf(" %-8s token %-*llu", state, c->token, (unsigned long long)i->token);
     free(key);
-    if (i->held) {
-        printf(" %*llums left  ", c->left, (unsigned long long)i->remaining_ms);
-        cli_put_text(stdout, i->label[0] ? i->label : "-");
-        fputs(" (", stdout);
-        cli_put_text(stdout, i->owner);
-        putchar(')');
+    /* A free key ends its row at its token: no padding at the end. */
+    if (!i->held && i->owner[0] == '\0') {
+        printf(" %-8s token %llu\n", state, (unsigned long long)i->token);
+        return;
     }
-    putchar('\n');
+    printf(" %-8s token %-*llu", state, c->token, (unsigned long long)i->token);
+    /* An expired lease still names its last holder (as --json does), with
+     * "-" where a held one has its time left. */
+    if (i->held)
+        printf(" %*llums left  ", c->left, (unsigned long long)i->remaining_ms);
+    else
+        printf(" %*s  ", c->left + 7, "-");
+    cli_put_text(stdout, i->label[0] ? i->label : "-");
+    fputs(" (", stdout);
+    cli_put_text(stdout, i->owner);
+    fputs(")\n", stdout);
 }
 
 static int cmd_show(cli_globals *g, cli_args *a)

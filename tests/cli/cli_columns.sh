@@ -53,16 +53,33 @@ col() {
     echo "${#head}"
 }
 
+# label_start LINE: where the label of an ls row starts: after "ms left"
+# and two spaces in a held row, the sixth field of an expired one (its "-"
+# stands for the time left); "none" in a free row.
+label_start() {
+    local row=$1
+    # shellcheck disable=SC2046
+    set -- $(starts "$row") "" "" "" "" "" ""
+    case $row in
+        *"ms left  "*) echo $(($(col "$row" "ms left") + 9)) ;;
+        *" expired "*) echo "$6" ;;
+        *) echo none ;;
+    esac
+}
+
 # ls_aligned WHAT OUTPUT: the rows of ls (no key holds a space here)
 # start key, state, "token" and the token at the same columns, and end the
-# time left (right-aligned) at the same column.
+# time left (right-aligned) at the same column: the label of every row
+# with a holder starts at the same column.
 ls_aligned() {
-    local what=$1 line want="" got n=0
+    local what=$1 line want="" got n=0 label
     while IFS= read -r line; do
         [ -n "$line" ] || continue
         n=$((n + 1))
+        label=$(label_start "$line")
+        [ "$label" != none ] || continue
         # shellcheck disable=SC2046
-        got="$(first 4 $(starts "$line")) $(col "$line" "ms left")"
+        got="$(first 4 $(starts "$line")) $label"
         if [ -z "$want" ]; then
             want=$got
         elif [ "$got" != "$want" ]; then
@@ -145,5 +162,24 @@ call "$LEASE" history "$P/t"
 expect_rc 0 "sqlite: history"
 echo "$OUT"
 history_aligned "sqlite: history with a 24 h ttl" "$OUT"
+
+section "sqlite: an expired lease names its last holder; a free key's row ends at its token"
+call "$LEASE" acquire "$P/gone" --ttl 100ms --label gone --json
+GONE_OWNER=$(jget "$OUT" .owner)
+for _ in $(seq 100); do
+    call "$LEASE" show "$P/gone" --json
+    [ "$(jget "$OUT" .state)" = expired ] && break
+    sleep 0.1
+done
+assert_eq "$(jget "$OUT" .state)" expired "sqlite: a 100 ms lease expires"
+call "$LEASE" show "$P/gone"
+assert_match "$OUT" " expired +token 1 +- +gone \\($GONE_OWNER\\)$" "sqlite: show of an expired lease"
+call "$LEASE" ls "$P/"
+echo "$OUT"
+ls_aligned "sqlite: ls with an expired lease" "$OUT"
+call "$LEASE" acquire "$P/free" --ttl 1m --json
+call "$LEASE" release "$P/free" --owner "$(jget "$OUT" .owner)" --token "$(jget "$OUT" .token)"
+call "$LEASE" show "$P/free"
+assert_match "$OUT" " free +token 1$" "sqlite: show of a free key, no padding after its token"
 
 finish

@@ -1,0 +1,739 @@
+"""Distributed leases with fencing tokens, from Python.
+
+A lease gives one holder at a time the right to act on a key, for a ttl it
+renews; every grant carries a fencing token, strictly greater than every
+earlier token of the key, which the protected resource checks so that a
+paused former holder cannot write after its lease has passed to another::
+
+    import lease
+
+    with lease.open("sqlite:///var/lib/app/lease.db") as store:
+        with store.hold("jobs/nightly", ttl=30) as grant:
+            for item in work():
+                grant.check()                      # raises lease.Lost
+                write(item, fencing_token=grant.token)
+
+The stores are those of liblease (SQLite, PostgreSQL, Redis, etcd,
+Kubernetes), chosen by the URL's scheme.  Durations are seconds (int or
+float).  Errors are :class:`Error` and its subclasses, each with ``.code``.
+
+Threads: a :class:`Store` is one connection of the library, which serves one
+thread at a time; each Store guards its connection with a lock, so sharing
+one between threads is safe, and its calls run one after the other (a call
+waiting for a lease holds the others back: open one store per thread that
+waits).  The properties of a held grant (``valid``, ``remaining``, ``lost``,
+``check()``) never touch the store and may be used from any thread at once.
+
+Processes: a store and a grant belong to the process that made them.  In a
+child made by ``os.fork()`` a store refuses every call (its connection is
+the parent's), a grant is never valid, and leaving a ``hold`` block neither
+stops the parent's renewal nor releases the parent's lease.
+"""
+
+from __future__ import annotations
+
+import atexit
+import ctypes
+import dataclasses
+import math
+import os
+import threading
+import types
+import uuid
+from typing import Optional, Type, Union
+
+from . import _capi
+from ._capi import LibraryNotFound
+
+__all__ = [
+    "open", "Store", "Grant", "Hold", "Info",
+    "Error", "InvalidArgument", "Busy", "Lost", "Stale", "Timeout",
+    "StoreError", "NotFound", "OutOfMemory", "Unsupported", "LibraryNotFound",
+    "library_version",
+]
+
+Seconds = Union[int, float]
+
+_U64_MAX = (1 << 64) - 1
+_TOKEN_MAX = (1 << 63) - 1
+
+
+# ---------------------------------------------------------------- errors
+
+class Error(Exception):
+    """A failure reported by liblease.
+
+    ``code`` is the library's negative error code (``lease.Busy.code`` is
+    -2, as LEASE_EBUSY); ``str(error)`` is the library's detailed message,
+    which never holds a password from a store URL.
+    """
+
+    code: int = _capi.LEASE_EINVALID
+
+    def __init__(self, message: str, code: Optional[int] = None) -> None:
+        super().__init__(message)
+        if code is not None:
+            self.code = code
+
+    @property
+    def name(self) -> str:
+        """The code's name, as the C library spells it: "EBUSY"."""
+        return _ERROR_NAMES.get(self.code, "EUNKNOWN")
+
+
+class InvalidArgument(Error, ValueError):
+    """An argument the library refused (LEASE_EINVALID)."""
+
+    code = _capi.LEASE_EINVALID
+
+
+class Busy(Error):
+    """The lease is held by another owner (LEASE_EBUSY).
+
+    ``holder`` is what the store said about the current holder, or None.
+    """
+
+    code = _capi.LEASE_EBUSY
+    holder: Optional["Info"] = None
+
+
+class Lost(Error):
+    """This owner does not hold the lease any more (LEASE_ELOST)."""
+
+    code = _capi.LEASE_ELOST
+
+
+class Stale(Error):
+    """A fencing token older than the resource's mark (LEASE_ESTALE)."""
+
+    code = _capi.LEASE_ESTALE
+
+
+class Timeout(Error, TimeoutError):
+    """A wait ran out (LEASE_ETIMEOUT).
+
+    ``holder`` is the holder that kept the lease, when the store said.
+    """
+
+    code = _capi.LEASE_ETIMEOUT
+    holder: Optional["Info"] = None
+
+
+class StoreError(Error):
+    """The store failed or could not be reached (LEASE_ESTORE): whether the
+    call took effect is unknown."""
+
+    code = _capi.LEASE_ESTORE
+
+
+class NotFound(Error):
+    """No such key or resource (LEASE_ENOTFOUND)."""
+
+    code = _capi.LEASE_ENOTFOUND
+
+
+class OutOfMemory(Error, MemoryError):
+    """The library ran out of memory (LEASE_ENOMEM)."""
+
+    code = _capi.LEASE_ENOMEM
+
+
+class Unsupported(Error):
+    """Not supported by this store (LEASE_EUNSUPPORTED)."""
+
+    code = _capi.LEASE_EUNSUPPORTED
+
+
+_ERRORS: dict[int, Type[Error]] = {
+    cls.code: cls for cls in (InvalidArgument, Busy, Lost, Stale, Timeout,
+                              StoreError, NotFound, OutOfMemory, Unsupported)
+}
+_ERROR_NAMES = {
+    _capi.LEASE_EINVALID: "EINVALID", _capi.LEASE_EBUSY: "EBUSY",
+    _capi.LEASE_ELOST: "ELOST", _capi.LEASE_ESTALE: "ESTALE",
+    _capi.LEASE_ETIMEOUT: "ETIMEOUT", _capi.LEASE_ESTORE: "ESTORE",
+    _capi.LEASE_ENOTFOUND: "ENOTFOUND", _capi.LEASE_ENOMEM: "ENOMEM",
+    _capi.LEASE_EUNSUPPORTED: "EUNSUPPORTED",
+}
+
+
+def _error(code: int) -> Error:
+    """The exception for a failed call's code, with the detailed message of
+    this thread's last failure: call it right after the call, on its thread
+    (the library keeps the message per thread)."""
+    message = _capi.errmsg() or _capi.strerror(code)
+    return _ERRORS.get(code, Error)(message, code)
+
+
+# ------------------------------------------------------------- arguments
+# Checked in Python before any call into the library, so a bad argument is
+# a TypeError or ValueError whatever the store, and nothing is sent.
+
+def _seconds_ms(name: str, value: object, *, zero: bool = False) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a number of seconds, not "
+                        f"{type(value).__name__}")
+    if not math.isfinite(value) or value < 0 or (value == 0 and not zero):
+        raise ValueError(f"{name} must be {'>= 0' if zero else '> 0'} "
+                         f"seconds, not {value!r}")
+    # Rounded up: a positive duration never becomes 0 ms.
+    ms = math.ceil(value * 1000)
+    if ms > _U64_MAX:
+        raise ValueError(f"{name} is too large: {value!r}")
+    return ms
+
+
+def _name_bytes(what: str, value: object, limit: int = _capi.LEASE_KEY_MAX,
+                empty: bool = False) -> bytes:
+    if not isinstance(value, str):
+        raise TypeError(f"{what} must be str, not {type(value).__name__}")
+    b = value.encode("utf-8", "surrogateescape")
+    if not b and not empty:
+        raise ValueError(f"{what} must not be empty")
+    if len(b) > limit:
+        raise ValueError(f"{what} is {len(b)} bytes: at most {limit}")
+    if b"\0" in b:
+        raise ValueError(f"{what} must not contain a NUL character")
+    return b
+
+
+def _token(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"token must be int, not {type(value).__name__}")
+    if not 1 <= value <= _TOKEN_MAX:
+        raise ValueError(f"token must be 1 .. 2**63-1, not {value}")
+    return value
+
+
+def _owner(value: object) -> bytes:
+    if not isinstance(value, str):
+        raise TypeError(f"owner must be str, not {type(value).__name__}")
+    try:
+        return str(uuid.UUID(value)).encode()
+    except ValueError:
+        raise ValueError("owner must be a UUID in text form") from None
+
+
+# ------------------------------------------------------------------ info
+
+_STATES = {_capi.LEASE_STATE_FREE: "free", _capi.LEASE_STATE_HELD: "held",
+           _capi.LEASE_STATE_EXPIRED: "expired"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Info:
+    """The state of one key, as the store reports it.
+
+    ``state`` is 'held' (an unexpired lease exists), 'expired' (its last
+    lease ran out and was never released) or 'free'.  ``owner`` and
+    ``label`` are None when there is no holder to show; ``remaining`` and
+    ``ttl`` are seconds on the store's clock, 0 unless held.
+    """
+
+    key: str
+    state: str
+    owner: Optional[str]
+    label: Optional[str]
+    token: int
+    remaining: float
+    ttl: float
+
+    @property
+    def held(self) -> bool:
+        return self.state == "held"
+
+    @classmethod
+    def _from_c(cls, c: _capi.lease_info) -> "Info":
+        owner = _capi.text(c.owner)
+        return cls(key=_capi.text(c.key),
+                   state=_STATES.get(c.state, "free"),
+                   owner=owner or None,
+                   label=_capi.text(c.label) if owner else None,
+                   token=int(c.token),
+                   remaining=c.remaining_ms / 1000,
+                   ttl=c.ttl_ms / 1000)
+
+
+# ----------------------------------------------------------------- grant
+
+class Grant:
+    """One grant of a lease: its key, owner, label and fencing token.
+
+    From :meth:`Store.acquire` it is a one-shot grant that the caller renews
+    and releases; from :meth:`Store.hold` the library's keeper renews it in
+    the background until the ``with`` block ends.  ``valid`` and
+    ``remaining`` come from the local monotonic deadline (when the last
+    renewal was sent, plus the ttl, minus a margin for clock drift): past
+    it, act as if the lease were lost, whatever the store may still say.
+
+    A grant belongs to the process that acquired it: in a child made by
+    ``os.fork()`` it is never valid.  A grant that is garbage collected
+    releases nothing.
+    """
+
+    def __init__(self, c: _capi.lease_grant) -> None:
+        self._c = c
+        self._pid = os.getpid()
+        self._mu = threading.Lock()
+        self._keeper: Optional[ctypes.c_void_p] = None
+        self._ended = False
+        self.lost = threading.Event()
+        """Set when authority is known lost (a held grant: when the keeper
+        gives up; a one-shot grant: when a renew said Lost)."""
+        self.lost_reason: Optional[int] = None
+
+    @property
+    def key(self) -> str:
+        return _capi.text(self._c.key)
+
+    @property
+    def owner(self) -> str:
+        return _capi.text(self._c.owner)
+
+    @property
+    def label(self) -> str:
+        return _capi.text(self._c.label)
+
+    @property
+    def token(self) -> int:
+        """The fencing token: pass it to every write the lease guards."""
+        return int(self._c.token)
+
+    @property
+    def ttl(self) -> float:
+        """The ttl the store granted, in seconds (it may round up)."""
+        return float(self._c.ttl_ms) / 1000
+
+    @property
+    def valid(self) -> bool:
+        """True while authority holds: not lost and the local deadline has
+        not passed.  Ask before each side effect, and still fence it."""
+        if os.getpid() != self._pid or self.lost.is_set():
+            return False
+        with self._mu:
+            if self._keeper is not None:
+                return bool(_capi.lib().lease_keeper_valid(self._keeper))
+            if self._ended:
+                return False
+            return bool(_capi.lib().lease_grant_valid(ctypes.byref(self._c)))
+
+    @property
+    def remaining(self) -> float:
+        """Seconds before the local deadline (0.0 once passed or lost)."""
+        if not self.valid:
+            return 0.0
+        with self._mu:
+            if self._keeper is not None:
+                ms = _capi.lib().lease_keeper_remaining_ms(self._keeper)
+            else:
+                ms = _capi.lib().lease_grant_remaining_ms(ctypes.byref(self._c))
+        return int(ms) / 1000
+
+    def check(self) -> None:
+        """Raise :class:`Lost` unless authority still holds."""
+        if not self.valid:
+            raise Lost(f"'{self.key}': authority over the lease is gone "
+                       f"(token {self.token})", _capi.LEASE_ELOST)
+
+    def __repr__(self) -> str:
+        return (f"<lease.Grant key={self.key!r} token={self.token} "
+                f"owner={self.owner} valid={self.valid}>")
+
+
+# ----------------------------------------------------------------- store
+
+class Store:
+    """One connection to a lease store; made by :func:`lease.open`.
+
+    A context manager: leaving the ``with`` block closes it.  Its ``repr``
+    and ``str`` show the URL with any password replaced by ``***``.
+
+    Safe to share between threads: a lock lets one call at a time use the
+    connection (a call that waits for a lease holds the others back).  In a
+    child made by ``os.fork()`` every call raises :class:`StoreError`, and
+    closing the store there leaves the parent's connection alone.
+    """
+
+    def __init__(self, handle: ctypes.c_void_p) -> None:
+        """Internal: use :func:`lease.open`."""
+        self._handle: Optional[ctypes.c_void_p] = handle
+        self._pid = os.getpid()
+        self._lock = threading.Lock()
+        lib = _capi.lib()
+        self._url = _capi.text(lib.lease_store_url_redacted(handle))
+        self._scheme = _capi.text(lib.lease_store_scheme(handle))
+
+    @property
+    def url(self) -> str:
+        """The store's URL with any password replaced by ``***``."""
+        return self._url
+
+    @property
+    def scheme(self) -> str:
+        return self._scheme
+
+    @property
+    def closed(self) -> bool:
+        return self._handle is None
+
+    def __repr__(self) -> str:
+        state = " closed" if self.closed else ""
+        return f"<lease.Store {self._url!r}{state}>"
+
+    def __str__(self) -> str:
+        return self._url
+
+    def __enter__(self) -> "Store":
+        return self
+
+    def __exit__(self, et: Optional[Type[BaseException]],
+                 ev: Optional[BaseException],
+                 tb: Optional[types.TracebackType]) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the connection; later calls raise ValueError.  Grants held
+        with :meth:`hold` renew over their own connections and are not
+        affected.  In a forked child it only forgets the handle."""
+        with self._lock:
+            handle, self._handle = self._handle, None
+            if handle is not None and os.getpid() == self._pid:
+                _capi.lib().lease_store_close(handle)
+
+    def __del__(self) -> None:
+        try:
+            if getattr(self, "_handle", None) is not None and \
+                    os.getpid() == self._pid:
+                _capi.lib().lease_store_close(self._handle)
+                self._handle = None
+        except Exception:  # interpreter shutdown: nothing left to do
+            pass
+
+    def _h(self) -> ctypes.c_void_p:
+        """The handle; call with self._lock held."""
+        if self._handle is None:
+            raise ValueError("I/O operation on a closed lease.Store")
+        if os.getpid() != self._pid:
+            raise StoreError(
+                f"this store was opened by process {self._pid}: its "
+                f"connection is that parent's; open a store in the child",
+                _capi.LEASE_ESTORE)
+        return self._handle
+
+    # -- one-shot calls
+
+    def acquire(self, key: str, *, ttl: Seconds, owner: Optional[str] = None,
+                label: Optional[str] = None,
+                wait: Optional[Seconds] = None) -> Grant:
+        """Acquire ``key`` for ``ttl`` seconds and return the :class:`Grant`.
+
+        ``owner`` (a UUID; default a new one) names the holder: acquiring
+        again with the owner of the current lease gives the same token and a
+        new expiry.  ``wait`` (seconds; None or 0: try once) retries while
+        the key is held.  Nothing renews the grant: see :meth:`hold`.
+
+        Raises :class:`Busy` (held, no wait) or :class:`Timeout` (the wait
+        ran out), each with ``holder``; :class:`StoreError` when the outcome
+        is unknown (retrying with the same owner is safe).
+        """
+        k = _name_bytes("key", key)
+        opts = _capi.acquire_opts_init()
+        opts.ttl_ms = _seconds_ms("ttl", ttl)
+        opts.owner = _owner(owner) if owner is not None else None
+        opts.label = (_name_bytes("label", label, _capi.LEASE_LABEL_MAX, True)
+                      if label is not None else None)
+        opts.wait_ms = _seconds_ms("wait", wait, zero=True) \
+            if wait is not None else 0
+        return self._acquire(k, opts)
+
+    def _acquire(self, key: bytes, opts: _capi.lease_acquire_opts) -> Grant:
+        lib = _capi.lib()
+        out = _capi.lease_grant()
+        holder = _capi.lease_info()
+        with self._lock:
+            h = self._h()
+            if opts.owner is None:
+                buf = ctypes.create_string_buffer(_capi.LEASE_OWNER_BUFSZ)
+                rc = lib.lease_owner_new(buf)
+                if rc < 0:
+                    raise _error(rc)
+                opts.owner = buf.value
+            rc = lib.lease_acquire(ctypes.byref(out), ctypes.byref(holder), h,
+                                   key, ctypes.byref(opts))
+            if rc < 0:
+                err = _error(rc)
+                if isinstance(err, (Busy, Timeout)) and holder.owner:
+                    # The library fills the holder's owner, label, token
+                    # and time left; it is the key's current lease.
+                    err.holder = dataclasses.replace(Info._from_c(holder),
+                                                     key=self._key_text(key),
+                                                     state="held")
+                raise err
+        return Grant(out)
+
+    @staticmethod
+    def _key_text(key: bytes) -> str:
+        return key.decode("utf-8", "surrogateescape")
+
+    def _own(self, grant: object) -> Grant:
+        if not isinstance(grant, Grant):
+            raise TypeError(f"grant must be lease.Grant, not "
+                            f"{type(grant).__name__}")
+        if grant._keeper is not None:
+            raise ValueError("a grant held with Store.hold() is renewed by its "
+                             "keeper and released when its block ends")
+        if os.getpid() != grant._pid:
+            raise Lost(f"'{grant.key}': this grant was acquired by process "
+                       f"{grant._pid}; a forked child does not hold it",
+                       _capi.LEASE_ELOST)
+        return grant
+
+    def renew(self, grant: Grant, ttl: Optional[Seconds] = None) -> Grant:
+        """Extend ``grant`` to the store's clock + ``ttl`` seconds (None:
+        its current ttl); returns the same grant, renewed in place.
+
+        Raises :class:`Lost` (and sets ``grant.lost``) when the lease was
+        released, expired or taken: an expired lease is never revived.
+        """
+        g = self._own(grant)
+        ttl_ms = _seconds_ms("ttl", ttl) if ttl is not None else 0
+        with self._lock:
+            rc = _capi.lib().lease_renew(ctypes.byref(g._c), self._h(), ttl_ms)
+            if rc < 0:
+                err = _error(rc)
+                if rc == _capi.LEASE_ELOST:
+                    g.lost_reason = rc
+                    g.lost.set()
+                raise err
+        return g
+
+    def release(self, grant: Grant) -> None:
+        """End the lease of ``grant`` now.  Raises :class:`Lost`, changing
+        nothing, when it is not the key's current lease."""
+        g = self._own(grant)
+        with self._lock:
+            rc = _capi.lib().lease_release(self._h(), ctypes.byref(g._c))
+            if rc < 0:
+                raise _error(rc)
+        with g._mu:
+            g._ended = True
+
+    def show(self, key: str) -> Info:
+        """The state of ``key``.  Raises :class:`NotFound` for a key that
+        was never acquired."""
+        k = _name_bytes("key", key)
+        out = _capi.lease_info()
+        with self._lock:
+            rc = _capi.lib().lease_inspect(ctypes.byref(out), self._h(), k)
+            if rc < 0:
+                raise _error(rc)
+        return Info._from_c(out)
+
+    def fence(self, resource: str, token: int) -> int:
+        """The fencing check of a resource whose marks live in this store:
+        accept ``token`` if it is at least the resource's mark (raising the
+        mark to it) and return the mark; raise :class:`Stale`, changing
+        nothing, for an older token."""
+        r = _name_bytes("resource", resource)
+        t = _token(token)
+        mark = ctypes.c_uint64(0)
+        with self._lock:
+            rc = _capi.lib().lease_fence_advance(ctypes.byref(mark), self._h(),
+                                                 r, t)
+            if rc < 0:
+                raise _error(rc)
+        return int(mark.value)
+
+    # -- holding
+
+    def hold(self, key: str, ttl: Seconds = 30, wait: Optional[Seconds] = None,
+             label: Optional[str] = None) -> "Hold":
+        """Hold ``key`` for the length of a ``with`` block::
+
+            with store.hold("jobs/nightly", ttl=30) as grant:
+                ...
+
+        Entering acquires (waiting up to ``wait`` seconds; None: try once)
+        and starts the library's keeper, which renews every ttl/3 over its
+        own connection; leaving stops it and releases the lease.  When
+        authority ends (the store says Lost, or renewals fail until the
+        local deadline), ``grant.lost`` is set and ``grant.valid`` turns
+        False; leaving the block then raises :class:`Lost`, unless the body
+        raised already.  Arguments are checked here, before any call.
+        """
+        k = _name_bytes("key", key)
+        opts = _capi.acquire_opts_init()
+        opts.ttl_ms = _seconds_ms("ttl", ttl)
+        opts.label = (_name_bytes("label", label, _capi.LEASE_LABEL_MAX, True)
+                      if label is not None else None)
+        opts.wait_ms = _seconds_ms("wait", wait, zero=True) \
+            if wait is not None else 0
+        return Hold(self, k, opts)
+
+
+class Hold:
+    """The context manager of :meth:`Store.hold`; its ``__enter__`` gives
+    the held :class:`Grant`."""
+
+    def __init__(self, store: Store, key: bytes,
+                 opts: _capi.lease_acquire_opts) -> None:
+        self._store = store
+        self._key = key
+        self._opts = opts
+        self._grant: Optional[Grant] = None
+        # The callback object must outlive the keeper's thread, which calls
+        # it: it lives here until lease_keeper_stop() has joined that thread.
+        self._cb: Optional[object] = None
+        self._err: Optional[Error] = None
+
+    def __enter__(self) -> Grant:
+        if self._grant is not None:
+            raise RuntimeError("a lease.Hold is entered once")
+        store = self._store
+        grant = store._acquire(self._key, self._opts)
+        lost = grant.lost
+
+        def on_lost(keeper: Optional[int], reason: int,
+                    payload: Optional[int]) -> None:
+            # The keeper's own thread: set the event and return, nothing
+            # that could block or call back into the library.
+            grant.lost_reason = reason
+            lost.set()
+
+        cb = _capi.LOST_CB(on_lost)
+        kopts = _capi.keeper_opts_init()
+        kopts.on_lost = cb
+        keeper = ctypes.c_void_p()
+        lib = _capi.lib()
+        with store._lock:
+            rc = lib.lease_keeper_start(ctypes.byref(keeper), store._h(),
+                                        ctypes.byref(grant._c),
+                                        ctypes.byref(kopts))
+            err = _error(rc) if rc < 0 else None
+            if err is not None:
+                # Not kept, so not left held until its ttl runs out.
+                lib.lease_release(store._h(), ctypes.byref(grant._c))
+        if err is not None:
+            raise err
+        self._cb = cb
+        with grant._mu:
+            grant._keeper = keeper
+        self._grant = grant
+        _live.add(self)
+        return grant
+
+    def _stop(self, release: bool) -> int:
+        """Stop the keeper (joining its thread), keep the last grant."""
+        grant = self._grant
+        assert grant is not None
+        with grant._mu:
+            keeper, grant._keeper = grant._keeper, None
+            grant._ended = True
+            if keeper is None:
+                return 0
+            last = _capi.lease_grant()
+            rc = int(_capi.lib().lease_keeper_stop(ctypes.byref(last), keeper,
+                                                   1 if release else 0))
+            if last.token:
+                grant._c = last
+            err = _error(rc) if rc < 0 else None
+        _live.discard(self)
+        self._cb = None
+        self._err = err
+        return rc
+
+    def __exit__(self, et: Optional[Type[BaseException]],
+                 ev: Optional[BaseException],
+                 tb: Optional[types.TracebackType]) -> None:
+        grant = self._grant
+        if grant is None:
+            return
+        if os.getpid() != grant._pid:
+            # A forked child: the keeper's thread exists only in the parent,
+            # and the lease is the parent's; leave both alone.
+            _live.discard(self)
+            return
+        was_lost = grant.lost.is_set()
+        rc = self._stop(release=True)
+        if et is not None:
+            return
+        if was_lost or grant.lost.is_set():
+            raise Lost(f"'{grant.key}': authority was lost while held "
+                       f"(token {grant.token})", _capi.LEASE_ELOST)
+        if rc < 0 and self._err is not None:
+            raise self._err
+
+
+# Holds entered and not yet left. Strong references: a Hold (and the
+# callback its keeper's thread calls) lives until its keeper is stopped,
+# even when the caller dropped it; at exit they are stopped, so that no
+# keeper thread calls back into an interpreter that is shutting down.
+_live: "set[Hold]" = set()
+
+
+@atexit.register
+def _stop_live_holds() -> None:
+    for h in list(_live):
+        g = h._grant
+        if g is not None and os.getpid() == g._pid:
+            try:
+                h._stop(release=True)
+            except Exception:
+                pass
+
+
+# ------------------------------------------------------------------ open
+
+def _default_url() -> str:
+    """LEASE_STORE, else the embedded SQLite file under $XDG_STATE_HOME (or
+    ~/.local/state), as the `lease` tool picks it; its directory is made
+    (0700) as the tool makes it."""
+    lib = _capi.lib()
+    buf = ctypes.create_string_buffer(4096)
+    rc = lib.lease_default_store_url(buf, len(buf))
+    if rc < 0:
+        raise _error(rc)
+    url = _capi.text(buf.value)
+    if url.startswith("sqlite:///") and "LEASE_STORE" not in os.environ:
+        # The URL's path is percent-encoded; the directory is the decoded one.
+        from urllib.parse import unquote_to_bytes
+        path = unquote_to_bytes(url[len("sqlite://"):])
+        directory = os.path.dirname(path)
+        if directory and directory != b"/":
+            os.makedirs(directory, mode=0o700, exist_ok=True)
+    return url
+
+
+def open(url: Optional[str] = None, *, timeout: Seconds = 5.0) -> Store:
+    """Open the store at ``url`` and return a :class:`Store`.
+
+    ``url`` None: the environment variable LEASE_STORE, else the embedded
+    SQLite file ``$XDG_STATE_HOME/lease/lease.db`` (``~/.local/state/...``),
+    as the ``lease`` tool does.  ``timeout`` (seconds) bounds the opening
+    and then every call of the store.
+
+    Raises :class:`StoreError` when the store cannot be opened or reached,
+    :class:`InvalidArgument` for a malformed URL or unknown scheme,
+    :class:`LibraryNotFound` when liblease cannot be loaded (set
+    LEASE_LIBRARY to its path).
+    """
+    if url is not None and not isinstance(url, str):
+        raise TypeError(f"url must be str, not {type(url).__name__}")
+    if url is not None and "\0" in url:
+        raise ValueError("url must not contain a NUL character")
+    timeout_ms = _seconds_ms("timeout", timeout)
+    lib = _capi.lib()
+    if url is None:
+        url = _default_url()
+    handle = ctypes.c_void_p()
+    rc = lib.lease_store_open_timeout(ctypes.byref(handle),
+                                      url.encode("utf-8", "surrogateescape"),
+                                      timeout_ms)
+    if rc < 0:
+        raise _error(rc)
+    return Store(handle)
+
+
+def library_version() -> str:
+    """The version of the liblease loaded ("0.1.0")."""
+    return _capi.text(_capi.lib().lease_version())

@@ -1,0 +1,252 @@
+"""The binding against one store (LEASE_PY_TEST_URL): the same module runs
+against SQLite, PostgreSQL, Redis, etcd and Kubernetes. Every wait is
+bounded; nothing depends on a sleep being long enough."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from urllib.parse import urlsplit
+
+import pytest
+
+import lease
+
+HOLDER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "holder.py")
+
+
+def poll(cond: "object", timeout: float, step: float = 0.05) -> bool:
+    """Ask cond() until it is true or `timeout` seconds have passed."""
+    end = time.monotonic() + timeout
+    while True:
+        if cond():  # type: ignore[operator]
+            return True
+        if time.monotonic() >= end:
+            return False
+        time.sleep(step)
+
+
+def test_acquire_renew_release_show(store: lease.Store, prefix: str) -> None:
+    key = prefix + "cycle"
+    g = store.acquire(key, ttl=10, label="worker one")
+    assert g.token > 0 and g.key == key and g.label == "worker one"
+    assert g.valid and 0 < g.remaining <= 10
+    uuid.UUID(g.owner)
+    info = store.show(key)
+    assert (info.state, info.held, info.owner, info.label, info.token) == \
+        ("held", True, g.owner, "worker one", g.token)
+    assert 0 < info.remaining <= 10
+    assert store.renew(g, ttl=20) is g
+    assert g.token == info.token and g.ttl >= 20
+    store.release(g)
+    assert not g.valid
+    after = store.show(key)
+    assert after.state == "free" and after.owner is None and after.token == g.token
+    g2 = store.acquire(key, ttl=10)
+    assert g2.token > g.token
+    store.release(g2)
+
+
+def test_renew_after_release_is_lost(store: lease.Store, prefix: str) -> None:
+    g = store.acquire(prefix + "k", ttl=10)
+    store.release(g)
+    with pytest.raises(lease.Lost) as e:
+        store.renew(g)
+    assert e.value.code == -3 and e.value.name == "ELOST"
+    assert g.lost.is_set() and not g.valid
+    with pytest.raises(lease.Lost):
+        g.check()
+
+
+def test_busy_names_the_holder(store: lease.Store, prefix: str) -> None:
+    key = prefix + "busy"
+    g = store.acquire(key, ttl=10, label="first")
+    with pytest.raises(lease.Busy) as e:
+        store.acquire(key, ttl=10)
+    assert e.value.code == -2 and isinstance(e.value, lease.Error)
+    assert e.value.holder is not None
+    assert e.value.holder.owner == g.owner and e.value.holder.state == "held"
+    # The same owner acquiring again is a retry: same token.
+    again = store.acquire(key, ttl=10, owner=g.owner)
+    assert again.token == g.token
+    store.release(g)
+
+
+def test_wait_times_out(store: lease.Store, prefix: str) -> None:
+    key = prefix + "wait"
+    g = store.acquire(key, ttl=30)
+    start = time.monotonic()
+    with pytest.raises(lease.Timeout) as e:
+        store.acquire(key, ttl=10, wait=0.3)
+    assert e.value.code == -5 and isinstance(e.value, TimeoutError)
+    assert time.monotonic() - start < 10
+    store.release(g)
+    # Free again: a wait that finds the key free acquires at once.
+    g2 = store.acquire(key, ttl=10, wait=5)
+    assert g2.token > g.token
+    store.release(g2)
+
+
+def test_fence_refuses_an_older_token(store: lease.Store, prefix: str) -> None:
+    key, res = prefix + "k", prefix + "resource"
+    old = store.acquire(key, ttl=10)
+    assert store.fence(res, old.token) == old.token
+    store.release(old)
+    new = store.acquire(key, ttl=10)
+    assert store.fence(res, new.token) == new.token
+    with pytest.raises(lease.Stale) as e:
+        store.fence(res, old.token)
+    assert e.value.code == -4
+    # Refused without changing the mark; the same generation writes again.
+    assert store.fence(res, new.token) == new.token
+    store.release(new)
+
+
+def test_hold_renews_past_its_ttl_and_releases(store: lease.Store,
+                                                prefix: str) -> None:
+    key = prefix + "hold"
+    with store.hold(key, ttl=1, label="held") as g:
+        token = g.token
+        # Three ttls, asking valid all along: only renewals keep it true.
+        end = time.monotonic() + 3 * g.ttl
+        while time.monotonic() < end:
+            assert g.valid, "the keeper let the lease lapse"
+            g.check()
+            time.sleep(0.1)
+        info = store.show(key)
+        assert info.state == "held" and info.token == token
+        assert info.owner == g.owner and info.label == "held"
+        assert not g.lost.is_set()
+    assert not g.valid and g.remaining == 0.0
+    assert store.show(key).state == "free"
+
+
+def test_hold_busy_raises_on_enter(store: lease.Store, prefix: str) -> None:
+    key = prefix + "hold-busy"
+    g = store.acquire(key, ttl=30)
+    with pytest.raises(lease.Busy):
+        with store.hold(key, ttl=5):
+            pytest.fail("entered a held key")
+    with pytest.raises(lease.Timeout):
+        with store.hold(key, ttl=5, wait=0.2):
+            pytest.fail("entered a held key")
+    store.release(g)
+
+
+def test_leaving_after_a_loss_raises_lost(store: lease.Store,
+                                          prefix: str) -> None:
+    key = prefix + "taken"
+    with pytest.raises(lease.Lost):
+        with store.hold(key, ttl=1) as g:
+            # Acquiring again as the same owner is a retry that gives the
+            # same grant; releasing that ends the lease, and the keeper's
+            # next renewal is refused.
+            store.release(store.acquire(key, ttl=1, owner=g.owner))
+            assert g.lost.wait(timeout=15)
+            assert not g.valid
+    # A body that raised keeps its own exception.
+    with pytest.raises(KeyError):
+        with store.hold(key, ttl=1) as g:
+            store.release(store.acquire(key, ttl=1, owner=g.owner))
+            assert g.lost.wait(timeout=15)
+            raise KeyError("body")
+
+
+def test_stopped_holder_is_fenced(store: lease.Store, url: str,
+                                  prefix: str) -> None:
+    key, res = prefix + "paused", prefix + "db"
+    child = subprocess.Popen([sys.executable, HOLDER, url, key, res],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             text=True)
+    try:
+        assert child.stdout is not None and child.stdin is not None
+        line = child.stdout.readline()
+        assert line.startswith("token "), line
+        old = int(line.split()[1])
+        os.kill(child.pid, signal.SIGSTOP)
+        # Stopped past its ttl: the store lets the lease go.
+        assert poll(lambda: store.show(key).state != "held", 30), \
+            "the stopped holder's lease never ran out"
+        g = store.acquire(key, ttl=30)
+        assert g.token > old
+        assert store.fence(res, g.token) == g.token
+        os.kill(child.pid, signal.SIGCONT)
+        out, _ = child.communicate("go\n", timeout=60)
+        seen = json.loads(out.strip().splitlines()[-1])
+        assert seen == {"valid_after_resume": False, "fence": "stale",
+                        "fence_code": -4, "lost": True, "check": "lost",
+                        "exit": "lost"}
+        assert child.returncode == 0
+        # The successor still holds, with its mark intact.
+        assert store.show(key).token == g.token
+        assert store.fence(res, g.token) == g.token
+        store.release(g)
+    finally:
+        if child.poll() is None:
+            os.kill(child.pid, signal.SIGCONT)
+            child.kill()
+            child.wait(timeout=10)
+
+
+def test_forked_child_leaves_the_parents_lease(store: lease.Store,
+                                               prefix: str) -> None:
+    key = prefix + "fork"
+    pid = -1
+    try:
+        with store.hold(key, ttl=1) as g:
+            pid = os.fork()
+            if pid != 0:
+                # Bounded wait for the child, which leaves the block at once.
+                status = None
+                end = time.monotonic() + 15
+                while status is None and time.monotonic() < end:
+                    done, st = os.waitpid(pid, os.WNOHANG)
+                    status = st if done else None
+                    time.sleep(0.02)
+                if status is None:
+                    os.kill(pid, signal.SIGKILL)
+                    os.waitpid(pid, 0)
+                    pytest.fail("the forked child hung leaving the block")
+                assert os.waitstatus_to_exitcode(status) == 0
+                # Still the parent's, and still renewed past the ttl.
+                end = time.monotonic() + 2 * g.ttl
+                while time.monotonic() < end:
+                    assert g.valid
+                    time.sleep(0.1)
+                info = store.show(key)
+                assert info.state == "held" and info.token == g.token
+                assert info.owner == g.owner
+    finally:
+        if pid == 0:
+            # The child: never valid, its store refuses calls, and leaving
+            # the block released nothing (the parent checks the store).
+            ok = not g.valid and sys.exc_info()[0] is None
+            try:
+                store.show(key)
+                ok = False
+            except lease.StoreError:
+                pass
+            os._exit(0 if ok else 3)
+    assert store.show(key).state == "free"
+
+
+def test_repr_and_messages_hide_the_password(store: lease.Store, url: str,
+                                             prefix: str) -> None:
+    password = urlsplit(url).password
+    assert store.url in repr(store) and str(store) == store.url
+    key = prefix + "pw"
+    g = store.acquire(key, ttl=10)
+    with pytest.raises(lease.Busy) as e:
+        store.acquire(key, ttl=10)
+    store.release(g)
+    if password:
+        assert "***" in store.url
+        for text in (repr(store), str(store), str(e.value), repr(e.value)):
+            assert password not in text
+    else:
+        assert store.url == url

@@ -19,9 +19,10 @@ float).  Errors are :class:`Error` and its subclasses, each with ``.code``.
 
 Threads: a :class:`Store` is one connection of the library, which serves one
 thread at a time; each Store guards its connection with a lock, so sharing
-one between threads is safe, and its calls run one after the other (a call
-waiting for a lease holds the others back: open one store per thread that
-waits).  The properties of a held grant (``valid``, ``remaining``, ``lost``,
+one between threads is safe, and its calls run one after the other.  An
+acquire that has to wait (``wait=``) tries once on the shared connection and
+then waits on a connection of its own, so that a holder sharing the store
+can still renew and release meanwhile.  The properties of a held grant (``valid``, ``remaining``, ``lost``,
 ``check()``) never touch the store and may be used from any thread at once.
 
 Processes: a store and a grant belong to the process that made them.  In a
@@ -38,6 +39,7 @@ import dataclasses
 import math
 import os
 import threading
+import time
 import types
 import uuid
 from typing import Optional, Type, Union
@@ -349,14 +351,19 @@ class Store:
     and ``str`` show the URL with any password replaced by ``***``.
 
     Safe to share between threads: a lock lets one call at a time use the
-    connection (a call that waits for a lease holds the others back).  In a
+    connection; an acquire that has to wait does so on a connection of its
+    own, opened for the wait, and leaves this one to the others.  In a
     child made by ``os.fork()`` every call raises :class:`StoreError`, and
     closing the store there leaves the parent's connection alone.
     """
 
-    def __init__(self, handle: ctypes.c_void_p) -> None:
+    def __init__(self, handle: ctypes.c_void_p, url: bytes,
+                 timeout_ms: int) -> None:
         """Internal: use :func:`lease.open`."""
         self._handle: Optional[ctypes.c_void_p] = handle
+        # For the connections of waits; never shown (see url).
+        self._open_url = url
+        self._timeout_ms = timeout_ms
         self._pid = os.getpid()
         self._lock = threading.Lock()
         lib = _capi.lib()
@@ -447,28 +454,52 @@ class Store:
         return self._acquire(k, opts)
 
     def _acquire(self, key: bytes, opts: _capi.lease_acquire_opts) -> Grant:
+        wait_ms = int(opts.wait_ms)
+        if not wait_ms:
+            with self._lock:
+                return self._acquire_on(self._h(), key, opts)
+        # A wait must not keep the connection from the other threads: a
+        # holder sharing this store could not renew or release meanwhile,
+        # so the wait would outlast its lease. One try here; the wait runs
+        # on a connection of its own, opened for it.
+        start = time.monotonic()
+        opts.wait_ms = 0
+        try:
+            with self._lock:
+                return self._acquire_on(self._h(), key, opts)
+        except Busy:
+            pass
+        spent = math.floor((time.monotonic() - start) * 1000)
+        opts.wait_ms = max(1, wait_ms - spent)
+        handle = _open_handle(self._open_url, self._timeout_ms)
+        try:
+            return self._acquire_on(handle, key, opts)
+        finally:
+            _capi.lib().lease_store_close(handle)
+
+    def _acquire_on(self, h: ctypes.c_void_p, key: bytes,
+                    opts: _capi.lease_acquire_opts) -> Grant:
         lib = _capi.lib()
         out = _capi.lease_grant()
         holder = _capi.lease_info()
-        with self._lock:
-            h = self._h()
-            if opts.owner is None:
-                buf = ctypes.create_string_buffer(_capi.LEASE_OWNER_BUFSZ)
-                rc = lib.lease_owner_new(buf)
-                if rc < 0:
-                    raise _error(rc)
-                opts.owner = buf.value
-            rc = lib.lease_acquire(ctypes.byref(out), ctypes.byref(holder), h,
-                                   key, ctypes.byref(opts))
+        if opts.owner is None:
+            # Made once: a wait after the first try asks as the same owner.
+            buf = ctypes.create_string_buffer(_capi.LEASE_OWNER_BUFSZ)
+            rc = lib.lease_owner_new(buf)
             if rc < 0:
-                err = _error(rc)
-                if isinstance(err, (Busy, Timeout)) and holder.owner:
-                    # The library fills the holder's owner, label, token
-                    # and time left; it is the key's current lease.
-                    err.holder = dataclasses.replace(Info._from_c(holder),
-                                                     key=self._key_text(key),
-                                                     state="held")
-                raise err
+                raise _error(rc)
+            opts.owner = buf.value
+        rc = lib.lease_acquire(ctypes.byref(out), ctypes.byref(holder), h,
+                               key, ctypes.byref(opts))
+        if rc < 0:
+            err = _error(rc)
+            if isinstance(err, (Busy, Timeout)) and holder.owner:
+                # The library fills the holder's owner, label, token and
+                # time left; it is the key's current lease.
+                err.holder = dataclasses.replace(Info._from_c(holder),
+                                                 key=self._key_text(key),
+                                                 state="held")
+            raise err
         return Grant(out)
 
     @staticmethod
@@ -722,16 +753,20 @@ def open(url: Optional[str] = None, *, timeout: Seconds = 5.0) -> Store:
     if url is not None and "\0" in url:
         raise ValueError("url must not contain a NUL character")
     timeout_ms = _seconds_ms("timeout", timeout)
-    lib = _capi.lib()
+    _capi.lib()
     if url is None:
         url = _default_url()
+    raw = url.encode("utf-8", "surrogateescape")
+    return Store(_open_handle(raw, timeout_ms), raw, timeout_ms)
+
+
+def _open_handle(url: bytes, timeout_ms: int) -> ctypes.c_void_p:
     handle = ctypes.c_void_p()
-    rc = lib.lease_store_open_timeout(ctypes.byref(handle),
-                                      url.encode("utf-8", "surrogateescape"),
-                                      timeout_ms)
+    rc = _capi.lib().lease_store_open_timeout(ctypes.byref(handle), url,
+                                              timeout_ms)
     if rc < 0:
         raise _error(rc)
-    return Store(handle)
+    return handle
 
 
 def library_version() -> str:

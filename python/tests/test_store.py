@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from urllib.parse import urlsplit
@@ -233,6 +234,32 @@ def test_forked_child_leaves_the_parents_lease(store: lease.Store,
                 pass
             os._exit(0 if ok else 3)
     assert store.show(key).state == "free"
+
+
+def test_threads_share_one_store(store: lease.Store, prefix: str) -> None:
+    key, res = prefix + "shared", prefix + "shared-db"
+    tokens: list[int] = []
+    errors: list[BaseException] = []
+
+    def work() -> None:
+        try:
+            for _ in range(5):
+                g = store.acquire(key, ttl=10, wait=30)
+                # One holder at a time: each fences a greater token.
+                store.fence(res, g.token)
+                tokens.append(g.token)
+                store.release(g)
+        except BaseException as e:  # reported by the main thread
+            errors.append(e)
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not any(t.is_alive() for t in threads)
+    assert errors == []
+    assert len(tokens) == 20 and tokens == sorted(set(tokens))
 
 
 def test_repr_and_messages_hide_the_password(store: lease.Store, url: str,

@@ -33,6 +33,8 @@ int lease__not_holder(const char *what, const char *key, uint64_t token,
 /* util/util.c */
 int64_t lease__mono_ns(void);           /* CLOCK_MONOTONIC, for condvars */
 void lease__sleep_ns(int64_t ns);
+/* Wait up to ms for a cancel handle to be fired: 1 if it was (core/cancel.c). */
+int lease__cancel_wait(const lease_cancel *c, uint64_t ms);
 /* Wait on cv (made with CLOCK_MONOTONIC), mu held, until `until` on
  * lease_clock_ns: pthread_cond_timedwait's answer (0 on a wake-up, which
  * may be spurious: the caller re-checks). Condition variables only take

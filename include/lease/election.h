@@ -32,7 +32,8 @@ typedef struct lease_election lease_election;
 typedef void (*lease_stepdown_cb)(lease_election *election, int reason,
                                   void *payload);
 
-#define LEASE_CAMPAIGN_OPTS_VERSION 1
+/* 2 added `cancel`; a version 1 structure (without it) is still taken. */
+#define LEASE_CAMPAIGN_OPTS_VERSION 2
 
 typedef struct lease_campaign_opts {
     unsigned int version;          /* LEASE_CAMPAIGN_OPTS_VERSION */
@@ -41,9 +42,11 @@ typedef struct lease_campaign_opts {
     uint64_t wait_ms;              /* 0: try once; else wait at most this */
     lease_stepdown_cb on_stepdown; /* optional */
     void *payload;
+    lease_cancel *cancel;          /* optional: ends the wait when fired
+                                      (lease/lease.h) */
 } lease_campaign_opts;
 
-#define LEASE_CAMPAIGN_OPTS_INIT { LEASE_CAMPAIGN_OPTS_VERSION, 0, NULL, 0, NULL, NULL }
+#define LEASE_CAMPAIGN_OPTS_INIT { LEASE_CAMPAIGN_OPTS_VERSION, 0, NULL, 0, NULL, NULL, NULL }
 
 /* The largest election name: the key is "election/" + name. */
 #define LEASE_ELECTION_NAME_MAX (LEASE_KEY_MAX - 9)

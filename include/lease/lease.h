@@ -29,7 +29,38 @@ int lease_key_valid(const char *key);
 /* Is `owner` a UUID in text form (any case)? 1 or 0. */
 int lease_owner_valid(const char *owner);
 
-#define LEASE_ACQUIRE_OPTS_VERSION 1
+/*
+ * A cancel handle ends a wait early: lease_acquire() and lease_campaign()
+ * given one in their options stop waiting once it is fired, from another
+ * thread or from a signal handler (a program that waits on its main thread
+ * and must answer Ctrl-C, an event loop cancelling a task).
+ *
+ * While a wait has a cancel handle, its pauses between tries are spent
+ * watching the handle rather than the store's release notifications (a
+ * store's own wait cannot be interrupted): a release is seen at the next
+ * try, at most backoff_max_ms later, and the holder's expiry on time, as
+ * without notifications. A fired wait makes no further try and ends with
+ * LEASE_ETIMEOUT, its message saying it was cancelled; a try in progress
+ * when it is fired ends first (one store call, bounded by the timeout).
+ * A handle stays fired; make one per wait. (The type: lease/types.h.)
+ */
+
+/* A new, unfired handle (it holds one close-on-exec descriptor). */
+int lease_cancel_new(lease_cancel **out);
+
+/* Fire: every wait using the handle ends. Any thread, and async-signal-safe
+ * (it only stores a flag and writes to a descriptor). Firing again is a
+ * no-op. */
+int lease_cancel_fire(lease_cancel *cancel);
+
+/* 1 once fired, else 0 (and 0 for NULL). */
+int lease_cancel_fired(const lease_cancel *cancel);
+
+/* Free a handle no wait uses any more. NULL is allowed. */
+void lease_cancel_free(lease_cancel *cancel);
+
+/* 2 added `cancel`; a version 1 structure (without it) is still taken. */
+#define LEASE_ACQUIRE_OPTS_VERSION 2
 
 /* Options of lease_acquire(). Start from LEASE_ACQUIRE_OPTS_INIT. */
 typedef struct lease_acquire_opts {
@@ -40,9 +71,10 @@ typedef struct lease_acquire_opts {
     uint64_t wait_ms;       /* 0: try once; else wait at most this long */
     uint64_t backoff_min_ms; /* first pause between tries (0: 10 ms) */
     uint64_t backoff_max_ms; /* largest pause between tries (0: 1000 ms) */
+    lease_cancel *cancel;   /* optional: ends the wait when fired (NULL: none) */
 } lease_acquire_opts;
 
-#define LEASE_ACQUIRE_OPTS_INIT { LEASE_ACQUIRE_OPTS_VERSION, NULL, 0, NULL, 0, 0, 0 }
+#define LEASE_ACQUIRE_OPTS_INIT { LEASE_ACQUIRE_OPTS_VERSION, NULL, 0, NULL, 0, 0, 0, NULL }
 
 /*
  * Acquire `key` for opts->owner.

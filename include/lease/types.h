@@ -28,6 +28,9 @@ extern "C" {
 /* Opaque handle on one connection to one store. See lease/store.h. */
 typedef struct lease_store lease_store;
 
+/* A handle that ends a wait early (lease/lease.h: lease_cancel_new). */
+typedef struct lease_cancel lease_cancel;
+
 /*
  * What a successful acquisition gives the holder.
  *

@@ -40,7 +40,7 @@ LEASE_ENOMEM = -8
 LEASE_EUNSUPPORTED = -9
 
 # lease/lease.h and lease/keeper.h
-LEASE_ACQUIRE_OPTS_VERSION = 1
+LEASE_ACQUIRE_OPTS_VERSION = 2
 LEASE_KEEPER_OPTS_VERSION = 1
 
 LEASE_KEEPER_HELD = 0
@@ -92,12 +92,14 @@ class lease_acquire_opts(ctypes.Structure):
         ("wait_ms", ctypes.c_uint64),
         ("backoff_min_ms", ctypes.c_uint64),
         ("backoff_max_ms", ctypes.c_uint64),
+        ("cancel", ctypes.c_void_p),   # lease_cancel *
     ]
 
 
 def acquire_opts_init() -> lease_acquire_opts:
-    """LEASE_ACQUIRE_OPTS_INIT: { VERSION, NULL, 0, NULL, 0, 0, 0 }."""
-    return lease_acquire_opts(LEASE_ACQUIRE_OPTS_VERSION, None, 0, None, 0, 0, 0)
+    """LEASE_ACQUIRE_OPTS_INIT: { VERSION, NULL, 0, NULL, 0, 0, 0, NULL }."""
+    return lease_acquire_opts(LEASE_ACQUIRE_OPTS_VERSION, None, 0, None, 0, 0, 0,
+                              None)
 
 
 # typedef void (*lease_lost_cb)(lease_keeper *, int reason, void *payload);
@@ -152,6 +154,10 @@ _PROTOTYPES: dict[str, tuple[object, list[object]]] = {
     "lease_clock_ns": (_c_i64, []),
     # lease.h
     "lease_owner_new": (_c_int, [ctypes.c_char_p]),
+    "lease_cancel_new": (_c_int, [_p(ctypes.c_void_p)]),
+    "lease_cancel_fire": (_c_int, [ctypes.c_void_p]),
+    "lease_cancel_fired": (_c_int, [ctypes.c_void_p]),
+    "lease_cancel_free": (None, [ctypes.c_void_p]),
     "lease_acquire": (_c_int, [_p(lease_grant), _p(lease_info), StorePtr,
                                _c_char_p, _p(lease_acquire_opts)]),
     "lease_renew": (_c_int, [_p(lease_grant), StorePtr, _c_u64]),

@@ -181,7 +181,7 @@ def test_structures_match_the_c_layout() -> None:
             field = getattr(structs[kind], name)
             assert (field.offset, field.size) == (int(a), int(b)), line
         seen += 1
-    assert seen == 4 + 7 + 8 + 7 + 5 + 8
+    assert seen == 4 + 7 + 8 + 8 + 5 + 8
     for struct in structs.values():
         assert len(struct._fields_) == sum(
             1 for line in out.splitlines()

@@ -60,7 +60,8 @@ int lease_campaign(lease_election **out, lease_store *s, const char *name,
     *out = NULL;
     if (s == NULL)
         return lease__seterr(LEASE_EINVALID, "store is NULL");
-    if (opts == NULL || opts->version != LEASE_CAMPAIGN_OPTS_VERSION)
+    /* Version 1 ended before `cancel`: never read it there. */
+    if (opts == NULL || opts->version < 1 || opts->version > LEASE_CAMPAIGN_OPTS_VERSION)
         return lease__seterr(LEASE_EINVALID,
                              "options are NULL or not LEASE_CAMPAIGN_OPTS_INIT");
     if ((rc = election_key(key, sizeof(key), name)) < 0)
@@ -75,6 +76,7 @@ int lease_campaign(lease_election **out, lease_store *s, const char *name,
     ao.ttl_ms = opts->ttl_ms;
     ao.label = opts->label;
     ao.wait_ms = opts->wait_ms;
+    ao.cancel = opts->version >= 2 ? opts->cancel : NULL;
     if ((rc = lease_acquire(&e->grant, NULL, s, key, &ao)) < 0) {
         free(e);
         return rc;

@@ -90,11 +90,12 @@ static int acquire_granted(lease_grant *g, lease_store *s,
  * Pause between two attempts of a waiting acquire: full jitter in
  * [backoff/2, backoff], but never past the moment the holder's lease should
  * end (remaining_ms), nor past the end of the wait (left_ms >= 1). A store
- * that can notify is waited on instead of sleeping.
+ * that can notify is waited on instead of sleeping. 1 when `cancel` (NULL:
+ * none) was fired, else 0.
  */
-static void acquire_pause(lease_store *s, const char *key, int rc,
-                          uint64_t backoff, uint64_t remaining_ms,
-                          uint64_t left_ms)
+static int acquire_pause(lease_store *s, const char *key, int rc,
+                         uint64_t backoff, uint64_t remaining_ms,
+                         uint64_t left_ms, const lease_cancel *cancel)
 {
     uint64_t pause = backoff / 2 + lease__random_u64() % (backoff / 2 + 1);
 
@@ -106,6 +107,10 @@ static void acquire_pause(lease_store *s, const char *key, int rc,
         pause = left_ms;
     if (pause == 0)
         pause = 1;
+    /* A store's own wait cannot be interrupted: a cancellable wait watches
+     * its handle instead (see lease_cancel in lease/lease.h). */
+    if (cancel)
+        return lease__cancel_wait(cancel, pause);
     if (s->backend->wait_release && rc == LEASE_EBUSY) {
         int64_t before = lease_clock_ns();
         int wrc = s->backend->wait_release(s, key, pause);
@@ -117,6 +122,7 @@ static void acquire_pause(lease_store *s, const char *key, int rc,
     } else {
         lease__sleep_ns((int64_t)pause * 1000000);
     }
+    return 0;
 }
 
 /* What an acquisition asks of its holder, for lease_acquire and sessions:
@@ -143,6 +149,7 @@ int lease_acquire(lease_grant *out, lease_info *holder, lease_store *s,
     lease_request req;
     lease_info h;
     lease_grant g;
+    const lease_cancel *cancel;
     uint64_t backoff, backoff_max;
     int64_t wait_end, start;
     int rc;
@@ -151,9 +158,11 @@ int lease_acquire(lease_grant *out, lease_info *holder, lease_store *s,
         return lease__seterr(LEASE_EINVALID, "out is NULL");
     if ((rc = check_store(s)) < 0 || (rc = lease__check_name("key", key)) < 0)
         return rc;
-    if (opts == NULL || opts->version != LEASE_ACQUIRE_OPTS_VERSION)
+    /* Version 1 ended before `cancel`: never read it there. */
+    if (opts == NULL || opts->version < 1 || opts->version > LEASE_ACQUIRE_OPTS_VERSION)
         return lease__seterr(LEASE_EINVALID,
                              "options are NULL or not LEASE_ACQUIRE_OPTS_INIT");
+    cancel = opts->version >= 2 ? opts->cancel : NULL;
     if ((rc = lease__check_holder(owner, s, opts->owner, opts->ttl_ms, opts->label)) < 0)
         return rc;
     if (opts->wait_ms > LEASE__WAIT_MAX_MS)
@@ -198,7 +207,12 @@ int lease_acquire(lease_grant *out, lease_info *holder, lease_store *s,
             return acquire_failed(s, rc == LEASE_ESTORE
                                          ? rc : busy_error(LEASE_ETIMEOUT, key, &h),
                                   start);
-        acquire_pause(s, key, rc, backoff, h.remaining_ms, (uint64_t)left);
+        if (lease_cancel_fired(cancel) ||
+            acquire_pause(s, key, rc, backoff, h.remaining_ms, (uint64_t)left, cancel))
+            return acquire_failed(s, lease__seterr(LEASE_ETIMEOUT,
+                                                   "acquire '%s': the wait was cancelled",
+                                                   key),
+                                  start);
         backoff = backoff * 2 > backoff_max ? backoff_max : backoff * 2;
     }
 }

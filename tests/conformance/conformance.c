@@ -10,6 +10,8 @@
  * round a ttl up (etcd: whole seconds): expiry-dependent steps use the
  * granted ttl and poll the store instead of assuming when a lease ends.
  */
+#include <pthread.h>
+
 #include "conf_util.h"
 
 /* ======================================================================
@@ -1122,6 +1124,99 @@ static void test_wait_timeout(void **state)
     CHECK_RC(0, lease_release(conf_store, &ga));
 }
 
+/* A waiter on its own thread, with a cancel handle: what it got back. */
+struct cancel_waiter {
+    pthread_t thread;
+    const char *key;
+    lease_acquire_opts opts;
+    lease_info holder;
+    int rc;
+    char msg[512];
+};
+
+static void *cancel_waiter_run(void *arg)
+{
+    struct cancel_waiter *w = arg;
+    lease_grant g;
+
+    memset(&w->holder, 0, sizeof(w->holder));
+    w->rc = lease_acquire(&g, &w->holder, conf_store, w->key, &w->opts);
+    snprintf(w->msg, sizeof(w->msg), "%s", lease_errmsg());
+    if (w->rc == 0)
+        (void)lease_release(conf_store, &g);
+    return NULL;
+}
+
+/* "Acquire with wait", cancelled: firing the handle from another thread
+ * ends a wait of a minute with LEASE_ETIMEOUT saying so, the holder
+ * described and untouched. Without the handle working the wait would run
+ * its minute and end with another message. */
+static void test_wait_cancelled(void **state)
+{
+    char key[LEASE_KEY_MAX + 1], a[LEASE_OWNER_BUFSZ], b[LEASE_OWNER_BUFSZ];
+    struct cancel_waiter w;
+    lease_cancel *c = NULL;
+    lease_grant ga;
+
+    (void)state;
+    conf_key(key, "wait/cancelled");
+    conf_owner(a);
+    conf_owner(b);
+    ga = conf_acquire(key, a, 60000, "long-holder");
+    CHECK_RC(0, lease_cancel_new(&c));
+    assert_int_equal(lease_cancel_fired(c), 0);
+    memset(&w, 0, sizeof(w));
+    w.key = key;
+    w.opts = conf_opts(b, 30000, "cancelled", 60000);
+    w.opts.cancel = c;
+    assert_int_equal(pthread_create(&w.thread, NULL, cancel_waiter_run, &w), 0);
+    conf_sleep_ms(100); /* most likely mid-pause; either way it must end */
+    CHECK_RC(0, lease_cancel_fire(c));
+    CHECK_RC(0, lease_cancel_fire(c)); /* again: a no-op */
+    assert_int_equal(pthread_join(w.thread, NULL), 0);
+    if (w.rc != LEASE_ETIMEOUT || strstr(w.msg, "cancelled") == NULL)
+        fail_msg("cancelled wait: %s: %s", lease_error_name(w.rc), w.msg);
+    assert_int_equal(lease_cancel_fired(c), 1);
+    assert_string_equal(w.holder.owner, a);
+    assert_unchanged(key, &ga);
+    lease_cancel_free(c);
+    CHECK_RC(0, lease_release(conf_store, &ga));
+}
+
+/* A fired handle stops further tries, not the first: a free key is had.
+ * Options of version 1 end before `cancel`, which is never read there. */
+static void test_wait_cancel_first_try_and_v1(void **state)
+{
+    char key[LEASE_KEY_MAX + 1], a[LEASE_OWNER_BUFSZ], b[LEASE_OWNER_BUFSZ];
+    lease_acquire_opts o;
+    lease_cancel *c = NULL;
+    lease_grant ga, gb;
+
+    (void)state;
+    conf_key(key, "wait/cancel-first");
+    conf_owner(a);
+    conf_owner(b);
+    CHECK_RC(0, lease_cancel_new(&c));
+    CHECK_RC(0, lease_cancel_fire(c));
+    o = conf_opts(a, 30000, "first", 60000);
+    o.cancel = c;
+    CHECK_RC(0, lease_acquire(&ga, NULL, conf_store, key, &o));
+    lease_cancel_free(c);
+
+    o = conf_opts(b, 30000, "v1", 50);
+    o.version = 1;
+    o.cancel = (lease_cancel *)(uintptr_t)1; /* would crash if read */
+    CHECK_FAIL(LEASE_ETIMEOUT, lease_acquire(&gb, NULL, conf_store, key, &o));
+    assert_null(strstr(lease_errmsg(), "cancelled"));
+    assert_unchanged(key, &ga);
+    CHECK_RC(0, lease_release(conf_store, &ga));
+
+    CHECK_FAIL(LEASE_EINVALID, lease_cancel_new(NULL));
+    assert_int_equal(lease_cancel_fire(NULL), LEASE_EINVALID);
+    assert_int_equal(lease_cancel_fired(NULL), 0);
+    lease_cancel_free(NULL);
+}
+
 /* ======================================================================
  * the local deadline
  * ====================================================================== */
@@ -1719,6 +1814,8 @@ int main(int argc, char **argv)
         CONF_TEST(test_wait_for_expiry),
         CONF_TEST(test_wait_for_release),
         CONF_TEST(test_wait_timeout),
+        CONF_TEST(test_wait_cancelled),
+        CONF_TEST(test_wait_cancel_first_try_and_v1),
         CONF_TEST(test_local_deadline),
         CONF_TEST(test_fence_advance),
         CONF_TEST(test_fence_fences_old_holder),

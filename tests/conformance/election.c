@@ -86,6 +86,7 @@ static void test_campaign_observe_resign(void **state)
     lease_campaign_opts oa = campaign_opts(30000, "candidate-a", 0);
     lease_campaign_opts ob = campaign_opts(30000, "candidate-b", 0);
     lease_election *a = NULL, *b = (lease_election *)&b;
+    lease_cancel *cancel = NULL;
     struct stepdown_probe p;
     const lease_grant *ga;
     lease_info info;
@@ -139,6 +140,18 @@ static void test_campaign_observe_resign(void **state)
     b = (lease_election *)&b;
     CHECK_FAIL(LEASE_ETIMEOUT, lease_campaign(&b, conf_store, name, &ob));
     assert_null(b);
+    /* A wait of a minute whose cancel handle is fired ends after its
+     * first try, saying so (a handle not passed on would wait it out). */
+    CHECK_RC(0, lease_cancel_new(&cancel));
+    CHECK_RC(0, lease_cancel_fire(cancel));
+    ob.wait_ms = 60000;
+    ob.cancel = cancel;
+    b = (lease_election *)&b;
+    CHECK_FAIL(LEASE_ETIMEOUT, lease_campaign(&b, conf_store, name, &ob));
+    assert_non_null(strstr(lease_errmsg(), "cancelled"));
+    assert_null(b);
+    ob.cancel = NULL;
+    lease_cancel_free(cancel);
     assert_int_equal(lease_election_is_leader(a), 1);
 
     /* The leader carries its epoch into the resource's writes. */

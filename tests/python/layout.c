@@ -45,6 +45,7 @@ int main(void)
     FIELD(lease_acquire_opts, wait_ms);
     FIELD(lease_acquire_opts, backoff_min_ms);
     FIELD(lease_acquire_opts, backoff_max_ms);
+    FIELD(lease_acquire_opts, cancel);
     WHOLE(lease_keeper_opts);
     FIELD(lease_keeper_opts, version);
     FIELD(lease_keeper_opts, renew_every_ms);

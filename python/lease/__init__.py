@@ -33,6 +33,7 @@ stops the parent's renewal nor releases the parent's lease.
 
 from __future__ import annotations
 
+import asyncio
 import atexit
 import ctypes
 import dataclasses
@@ -44,7 +45,7 @@ import types
 import uuid
 from typing import Optional, Type, Union
 
-from . import _capi
+from . import _capi, _wait
 from ._capi import LibraryNotFound
 
 __all__ = [
@@ -344,6 +345,20 @@ class Grant:
 
 # ----------------------------------------------------------------- store
 
+def _acquire_args(key: object, ttl: object, owner: object, label: object,
+                  wait: object) -> "tuple[bytes, _capi.lease_acquire_opts]":
+    """Check an acquisition's arguments (before any store call) and build
+    the library's options from them."""
+    k = _name_bytes("key", key)
+    opts = _capi.acquire_opts_init()
+    opts.ttl_ms = _seconds_ms("ttl", ttl)
+    opts.owner = _owner(owner) if owner is not None else None
+    opts.label = (_name_bytes("label", label, _capi.LEASE_LABEL_MAX, True)
+                  if label is not None else None)
+    opts.wait_ms = _seconds_ms("wait", wait, zero=True) if wait is not None else 0
+    return k, opts
+
+
 class Store:
     """One connection to a lease store; made by :func:`lease.open`.
 
@@ -443,17 +458,25 @@ class Store:
         ran out), each with ``holder``; :class:`StoreError` when the outcome
         is unknown (retrying with the same owner is safe).
         """
-        k = _name_bytes("key", key)
-        opts = _capi.acquire_opts_init()
-        opts.ttl_ms = _seconds_ms("ttl", ttl)
-        opts.owner = _owner(owner) if owner is not None else None
-        opts.label = (_name_bytes("label", label, _capi.LEASE_LABEL_MAX, True)
-                      if label is not None else None)
-        opts.wait_ms = _seconds_ms("wait", wait, zero=True) \
-            if wait is not None else 0
+        k, opts = _acquire_args(key, ttl, owner, label, wait)
         return self._acquire(k, opts)
 
-    def _acquire(self, key: bytes, opts: _capi.lease_acquire_opts) -> Grant:
+    async def acquire_async(self, key: str, *, ttl: Seconds,
+                            owner: Optional[str] = None,
+                            label: Optional[str] = None,
+                            wait: Optional[Seconds] = None) -> Grant:
+        """:meth:`acquire`, awaited.  The call runs on a thread of its own,
+        so waiting never blocks the event loop; cancelling the task ends
+        the wait (within one store call) and releases anything it got
+        before :class:`asyncio.CancelledError` goes on."""
+        k, opts = _acquire_args(key, ttl, owner, label, wait)
+        return await _wait.call_async(lambda c: self._acquire(k, opts, c),
+                                      self._undo)
+
+    def _acquire(self, key: bytes, opts: _capi.lease_acquire_opts,
+                 cancel: Optional[ctypes.c_void_p] = None) -> Grant:
+        """Acquire; a wait runs where Ctrl-C can end it (see _wait), or,
+        given `cancel`, here (already off the caller's thread)."""
         wait_ms = int(opts.wait_ms)
         if not wait_ms:
             with self._lock:
@@ -471,11 +494,23 @@ class Store:
             pass
         spent = math.floor((time.monotonic() - start) * 1000)
         opts.wait_ms = max(1, wait_ms - spent)
-        handle = _open_handle(self._open_url, self._timeout_ms)
-        try:
-            return self._acquire_on(handle, key, opts)
-        finally:
-            _capi.lib().lease_store_close(handle)
+
+        def wait(c: ctypes.c_void_p) -> Grant:
+            opts.cancel = c
+            handle = _open_handle(self._open_url, self._timeout_ms)
+            try:
+                return self._acquire_on(handle, key, opts)
+            finally:
+                _capi.lib().lease_store_close(handle)
+        if cancel is not None:
+            return wait(cancel)
+        return _wait.call(wait, self._undo)
+
+    def _undo(self, grant: Grant) -> None:
+        """Release a grant a cancelled wait got (best effort)."""
+        with self._lock:
+            if self._handle is not None and os.getpid() == self._pid:
+                _capi.lib().lease_release(self._handle, ctypes.byref(grant._c))
 
     def _acquire_on(self, h: ctypes.c_void_p, key: bytes,
                     opts: _capi.lease_acquire_opts) -> Grant:
@@ -591,15 +626,21 @@ class Store:
         local deadline), ``grant.lost`` is set and ``grant.valid`` turns
         False; leaving the block then raises :class:`Lost`, unless the body
         raised already.  Arguments are checked here, before any call.
+
+        ``async with store.hold_async(...)`` is the same for a coroutine.
         """
-        k = _name_bytes("key", key)
-        opts = _capi.acquire_opts_init()
-        opts.ttl_ms = _seconds_ms("ttl", ttl)
-        opts.label = (_name_bytes("label", label, _capi.LEASE_LABEL_MAX, True)
-                      if label is not None else None)
-        opts.wait_ms = _seconds_ms("wait", wait, zero=True) \
-            if wait is not None else 0
+        k, opts = _acquire_args(key, ttl, None, label, wait)
         return Hold(self, k, opts)
+
+    def hold_async(self, key: str, ttl: Seconds = 30,
+                   wait: Optional[Seconds] = None,
+                   label: Optional[str] = None) -> "Hold":
+        """:meth:`hold` for ``async with``: entering and leaving run off the
+        event loop (a thread of their own), so they never block it;
+        cancelling the task while it enters ends the wait and releases
+        anything acquired.  The grant is the same as ``hold``'s; await
+        ``grant.wait_lost()`` to learn of a loss."""
+        return self.hold(key, ttl=ttl, wait=wait, label=label)
 
 
 class Hold:
@@ -618,10 +659,27 @@ class Hold:
         self._err: Optional[Error] = None
 
     def __enter__(self) -> Grant:
+        return self._enter(None)
+
+    async def __aenter__(self) -> Grant:
+        return await _wait.call_async(self._enter, self._undo)
+
+    async def __aexit__(self, et: Optional[Type[BaseException]],
+                        ev: Optional[BaseException],
+                        tb: Optional[types.TracebackType]) -> None:
+        # Stopping the keeper joins its thread and releases: off the loop.
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(None, self.__exit__, et, ev, tb)
+
+    def _undo(self, grant: Grant) -> None:
+        """A cancelled entering got the grant: stop keeping it, release."""
+        self._stop(release=True)
+
+    def _enter(self, cancel: Optional[ctypes.c_void_p]) -> Grant:
         if self._grant is not None:
             raise RuntimeError("a lease.Hold is entered once")
         store = self._store
-        grant = store._acquire(self._key, self._opts)
+        grant = store._acquire(self._key, self._opts, cancel)
         lost = grant.lost
 
         def on_lost(keeper: Optional[int], reason: int,

@@ -8,7 +8,7 @@ packages=(
   libsqlite3-dev libpq-dev libhiredis-dev libcurl4-openssl-dev libssl-dev libmicrohttpd-dev uuid-dev libjansson-dev   # the library and the CLI
   scdoc   # the man pages
   clang libclang-rt-14-dev llvm-14   # the clang builds and the fuzz targets: clang, its libFuzzer runtime, llvm-symbolizer for stacks
-  libcmocka-dev python3 python3-pytest python3-mypy sqlite3 jq postgresql-15 redis-server redis-sentinel redis-tools etcd-server etcd-client prometheus curl openssl iproute2 coreutils util-linux time man-db groff-base   # the tests
+  libcmocka-dev python3 python3-pytest python3-mypy python3-psycopg2 python3-psycopg sqlite3 jq postgresql-15 redis-server redis-sentinel redis-tools etcd-server etcd-client prometheus curl openssl iproute2 coreutils util-linux time man-db groff-base   # the tests
   debhelper dpkg-dev   # the Debian packages (tests/package)
   lua5.1   # luac5.1 -p checks the Redis scripts (Redis runs Lua 5.1)
   python3-grpcio   # the gRPC fake etcd member of tests/etcd/etcd_hostile_grpc.sh

@@ -47,6 +47,19 @@ int lease_fence_mark(uint64_t *mark, lease_store *store, const char *resource);
 int lease_fence_install(lease_store *store, const char *kit, size_t len);
 
 /*
+ * The text of a resource-side fencing kit, as built into this library, for
+ * a program that installs the kit over a database connection of its own
+ * (the Python package does; docs/fencing.md). kind "postgres":
+ * resource/postgres/fence.sql byte for byte, what `lease fence-sql postgres`
+ * prints: one script with its own BEGIN and COMMIT, to run as the owner of
+ * the schema it goes into. *text receives static storage, NUL-terminated,
+ * that the caller must not free or change; *len (if not NULL) its length
+ * without the NUL. LEASE_EINVALID, *text NULL, when text or kind is NULL
+ * or kind names no kit built in.
+ */
+int lease_fence_kit_text(const char **text, size_t *len, const char *kind);
+
+/*
  * Guarded write into the store itself: put `value` (len bytes, may be 0)
  * under the data name `name` only if `grant` (key, owner, token) is still
  * the key's current, unexpired lease, checked in the same transaction or

@@ -45,14 +45,14 @@ import types
 import uuid
 from typing import Optional, Type, Union
 
-from . import _capi, _wait
+from . import _capi, _wait, fence_kit
 from ._capi import LibraryNotFound
 
 __all__ = [
     "open", "Store", "Grant", "Hold", "Info",
     "Error", "InvalidArgument", "Busy", "Lost", "Stale", "Timeout",
     "StoreError", "NotFound", "OutOfMemory", "Unsupported", "LibraryNotFound",
-    "library_version",
+    "library_version", "fence_kit",
 ]
 
 Seconds = Union[int, float]

@@ -9,7 +9,7 @@ packages=(
   scdoc   # the man pages
   clang libclang-rt-14-dev llvm-14   # the clang builds and the fuzz targets: clang, its libFuzzer runtime, llvm-symbolizer for stacks
   libcmocka-dev python3 python3-pytest python3-mypy python3-psycopg2 python3-psycopg sqlite3 jq postgresql-15 redis-server redis-sentinel redis-tools etcd-server etcd-client prometheus curl openssl iproute2 coreutils util-linux time man-db groff-base   # the tests
-  debhelper dpkg-dev   # the Debian packages (tests/package)
+  debhelper dpkg-dev dh-python   # the Debian packages (tests/package); dh-python: dh_python3 for python3-lease
   lua5.1   # luac5.1 -p checks the Redis scripts (Redis runs Lua 5.1)
   python3-grpcio   # the gRPC fake etcd member of tests/etcd/etcd_hostile_grpc.sh
   python3-kubernetes   # a real client (CoordinationV1Api) checked against the Kubernetes test double, as kubectl is (below)

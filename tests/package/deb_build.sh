@@ -9,13 +9,17 @@
 #    directory and runs `dpkg-buildpackage -b -us -uc` there. The build must
 #    be clean: no compiler, debhelper or dpkg warning (a dpkg-gensymbols
 #    warning means debian/liblease0.symbols is out of date).
-# 2. Checks the control fields and the file lists of liblease0, liblease-dev
-#    and lease: each file in the package a user expects it in, none in two.
-# 3. Unpacks them with `dpkg -x` into an empty directory (nothing is
+# 2. Checks the control fields and the file lists of liblease0, liblease-dev,
+#    lease and python3-lease: each file in the package a user expects it in,
+#    none in two.
+# 3. Asks apt whether liblease0 and python3-lease would install on this
+#    machine (apt-get -s: their dependencies met, nothing changed).
+# 4. Unpacks them with `dpkg -x` into an empty directory (nothing is
 #    installed on this machine) and uses them from there: the SONAME, the
 #    packaged `lease` with every store against an SQLite file, its man pages,
-#    and a C program built with the packaged lease.pc (shared and static)
-#    and with the packaged CMake package.
+#    a C program built with the packaged lease.pc (shared and static)
+#    and with the packaged CMake package, and Debian's python3 importing the
+#    packaged lease, which loads the packaged liblease.so.0 by its soname.
 #
 # LEASE_BINARY is the build tree's `lease`, which lib.sh wants up front;
 # every check runs the packaged one. Fails, never skips, when a tool is
@@ -32,7 +36,7 @@ BUILD_TIMEOUT=${LEASE_DEB_BUILD_TIMEOUT:-600}
 
 section "tools"
 for tool in dpkg-buildpackage dh dpkg-deb dpkg-parsechangelog dpkg-architecture \
-    dpkg readelf ldd pkg-config "$CC" cmake man gzip; do
+    dpkg readelf ldd pkg-config "$CC" cmake man gzip apt-get /usr/bin/python3; do
     command -v "$tool" >/dev/null 2>&1 ||
         die "'$tool' not found: scripts/deps.sh installs what this test needs (debhelper, dpkg-dev, man-db ...)"
 done
@@ -100,9 +104,14 @@ fi
 declare -A DEB
 for p in liblease0 liblease-dev lease; do
     DEB[$p]=$OUTDIR/${p}_${VERSION}_${ARCH}.deb
+done
+# Pure Python: one package for every architecture.
+DEB[python3-lease]=$OUTDIR/python3-lease_${VERSION}_all.deb
+PACKAGES=(liblease0 liblease-dev lease python3-lease)
+for p in "${PACKAGES[@]}"; do
     assert_file "${DEB[$p]}" "package $p was built"
 done
-for p in liblease0 liblease-dev lease; do
+for p in "${PACKAGES[@]}"; do
     [ -e "${DEB[$p]}" ] || die "not every package was built: $(ls "$OUTDIR")"
 done
 
@@ -112,11 +121,15 @@ field() { dpkg-deb -f "${DEB[$1]}" "$2"; }
 dep_names() {
     printf '%s\n' "$1" | tr ',|' '\n\n' | sed -E 's/^ *//; s/[ :(].*//' | grep .
 }
-for p in liblease0 liblease-dev lease; do
+for p in "${PACKAGES[@]}"; do
     assert_eq "$(field "$p" Package)" "$p" "$p: Package"
     assert_eq "$(field "$p" Version)" "$VERSION" "$p: Version"
+done
+for p in liblease0 liblease-dev lease; do
     assert_eq "$(field "$p" Architecture)" "$ARCH" "$p: Architecture"
 done
+assert_eq "$(field python3-lease Architecture)" all "python3-lease: Architecture"
+assert_eq "$(field python3-lease Section)" python "python3-lease: Section"
 assert_eq "$(field liblease0 Section)" "libs" "liblease0: Section"
 assert_eq "$(field liblease-dev Section)" "libdevel" "liblease-dev: Section"
 dev_depends=$(field liblease-dev Depends)
@@ -125,6 +138,18 @@ assert_contains "$dev_depends" "liblease0 (= $VERSION)" \
 # The shlibs (from debian/liblease0.symbols) give lease its dependency.
 assert_match "$(field lease Depends)" "(^|, )liblease0 \(>= [^)]+\)" \
     "lease depends on liblease0 through its shlibs"
+# python3-lease: Debian's python3 (${python3:Depends}, from dh_python3),
+# and the liblease0 of this very version, a binNMU of it included.
+py_depends=$(field python3-lease Depends)
+assert_contains "$(dep_names "$py_depends")" "python3" "python3-lease depends on python3"
+assert_contains "$py_depends" "liblease0 (>= $VERSION)" "python3-lease: liblease0 of this version"
+assert_contains "$py_depends" "liblease0 (<< $VERSION.1~)" "python3-lease: liblease0 of this version"
+# dh_python3 byte-compiles the package when it is installed, and removes
+# the byte code when it is removed.
+assert_contains "$(dpkg-deb -I "${DEB[python3-lease]}" postinst 2>&1)" "py3compile" \
+    "python3-lease's postinst byte-compiles"
+assert_contains "$(dpkg-deb -I "${DEB[python3-lease]}" prerm 2>&1)" "py3clean" \
+    "python3-lease's prerm removes the byte code"
 assert_match "$(dpkg-deb -I "${DEB[liblease0]}" shlibs 2>&1)" \
     "^liblease 0 liblease0( |$)" "liblease0 has a shlibs file for liblease.so.0"
 assert_match "$(dpkg-deb -I "${DEB[liblease0]}" symbols 2>&1)" \
@@ -137,7 +162,7 @@ contents() {
     dpkg-deb -c "${DEB[$1]}" | awk '{print $6}' | sed 's|^\./||' | grep -v -e '^$' -e '/$'
 }
 declare -A FILES
-for p in liblease0 liblease-dev lease; do
+for p in "${PACKAGES[@]}"; do
     FILES[$p]=$(contents "$p")
 done
 # has PACKAGE PATH DESCRIPTION: PATH (or PATH.gz: dh_compress decides) is
@@ -199,15 +224,39 @@ done
 for f in "$PKG"/examples/*.c; do
     has lease "usr/share/doc/lease/examples/${f##*/}" "the examples"
 done
+# The Python package where Debian's python3 looks (on its sys.path): every
+# module of the source tree and py.typed; nothing else but its Debian docs
+# (no byte code: dh_python3 compiles at install).
+PYDIR=usr/lib/python3/dist-packages
+call /usr/bin/python3 -c 'import sys; print("\n".join(sys.path))'
+expect_rc 0 "python3: sys.path"
+assert_match "$OUT" "(^|"$'\n'")/$PYDIR($|"$'\n'")" "/$PYDIR is on Debian's python3's sys.path"
+py_want=$(cd "$PKG/python/lease" && ls -- *.py py.typed | sed "s|^|$PYDIR/lease/|" | sort)
+assert_contains "$py_want" "$PYDIR/lease/__init__.py" "the source tree's package"
+for f in $py_want; do
+    has python3-lease "$f" "the Python package"
+done
+extra=$(printf '%s\n' "${FILES[python3-lease]}" |
+    grep -vxF -f <(printf '%s\n' "$py_want") | grep -v '^usr/share/doc/python3-lease/')
+assert_eq "$extra" "" "python3-lease holds the package's modules and py.typed alone"
+
 # dpkg refuses to install two packages that ship one file.
-dups=$(printf '%s\n' "${FILES[liblease0]}" "${FILES[liblease-dev]}" "${FILES[lease]}" |
-    sort | uniq -d)
+dups=$(for p in "${PACKAGES[@]}"; do printf '%s\n' "${FILES[$p]}"; done | sort | uniq -d)
 assert_eq "$dups" "" "no file is in two packages"
+
+section "apt would install liblease0 and python3-lease here"
+# -s: apt resolves the dependencies against this machine's packages and
+# prints what it would do, changing nothing (dpkg --dry-run would not
+# check them: dpkg does at configure time). liblease0 is given too:
+# python3-lease needs that version of it.
+call apt-get install -s --no-install-recommends "${DEB[liblease0]}" "${DEB[python3-lease]}"
+expect_rc 0 "apt-get install -s liblease0 python3-lease"
+assert_match "$OUT" "(^|"$'\n'")Conf python3-lease \($VERSION " "apt would configure python3-lease"
 
 section "unpacked: the library"
 ROOT=$T/root
 mkdir -p "$ROOT"
-for p in liblease0 liblease-dev lease; do
+for p in "${PACKAGES[@]}"; do
     dpkg -x "${DEB[$p]}" "$ROOT" || die "dpkg -x ${DEB[$p]} failed"
 done
 ROOTLIB=$ROOT/$LIBDIR
@@ -359,5 +408,42 @@ expect_rc 0 "build with lease::lease"
 call env "LD_LIBRARY_PATH=$ROOTLIB" "$T/cmake-consumer/build/version"
 expect_rc 0 "the CMake-built program runs"
 assert_eq "$OUT" "$UPSTREAM" "lease_version() through lease::lease"
+
+section "unpacked: import lease"
+# Debian's python3 with the unpacked tree in the places of the installed
+# one: the package's directory on PYTHONPATH, the library's on
+# LD_LIBRARY_PATH, no LEASE_LIBRARY; from an empty directory, so that no
+# python/ of a source tree is on sys.path. The package finds
+# liblease.so.0 by its soname, as it does once installed.
+mkdir -p "$T/py"
+script='
+import json, os, sys
+import lease
+with lease.open(sys.argv[1]) as store:
+    g = store.acquire("deb/python", ttl=30)
+    held = store.show("deb/python").state
+    store.release(g)
+    free = store.show("deb/python").state
+libs = set()
+with open("/proc/self/maps") as f:
+    for line in f:
+        fields = line.split(None, 5)
+        if len(fields) == 6 and os.path.basename(fields[5].strip()).startswith("liblease.so"):
+            libs.add(fields[5].strip())
+print(json.dumps({"file": lease.__file__, "version": lease.library_version(),
+                  "token": g.token, "held": held, "free": free, "libs": sorted(libs)}))
+'
+call env -u LEASE_LIBRARY -u LEASE_STORE -u PYTHONHOME PYTHONNOUSERSITE=1 \
+    PYTHONDONTWRITEBYTECODE=1 "PYTHONPATH=$ROOT/$PYDIR" "LD_LIBRARY_PATH=$ROOTLIB" \
+    bash -c 'cd "$1" && shift && exec "$@"' run "$T/py" /usr/bin/python3 -c "$script" "$DB"
+expect_rc 0 "python3: import lease, open an SQLite store, acquire, release"
+assert_eq "$(jget "$OUT" .file)" "$ROOT/$PYDIR/lease/__init__.py" "lease.__file__: the packaged module"
+assert_eq "$(jget "$OUT" .version)" "$UPSTREAM" "lease.library_version()"
+assert_match "$(jget "$OUT" .token)" '^[1-9][0-9]*$' "the fencing token"
+assert_eq "$(jget "$OUT" .held)" held "show after acquire"
+assert_eq "$(jget "$OUT" .free)" free "show after release"
+assert_eq "$(jget "$OUT" '.libs | length')" 1 "liblease files mapped"
+assert_eq "$(readlink -f "$(jget "$OUT" '.libs[0]')")" "$(readlink -f "$ROOTLIB/liblease.so.0")" \
+    "the liblease the package loaded: the packaged one"
 
 finish

@@ -39,9 +39,21 @@ LEASE_ENOTFOUND = -7
 LEASE_ENOMEM = -8
 LEASE_EUNSUPPORTED = -9
 
-# lease/lease.h and lease/keeper.h
+# lease/lease.h, lease/keeper.h, lease/election.h, lease/session.h
 LEASE_ACQUIRE_OPTS_VERSION = 2
 LEASE_KEEPER_OPTS_VERSION = 1
+LEASE_CAMPAIGN_OPTS_VERSION = 2
+LEASE_SESSION_OPTS_VERSION = 1
+
+# lease/election.h: the key of an election is "election/" + name.
+LEASE_ELECTION_PREFIX = "election/"
+LEASE_ELECTION_NAME_MAX = LEASE_KEY_MAX - len(LEASE_ELECTION_PREFIX)
+
+# lease/history.h
+LEASE_HISTORY_READ_MAX = 200
+
+# lease/lease.h: the longest wait of one call (24 h).
+LEASE_WAIT_MAX_MS = 24 * 3600 * 1000
 
 LEASE_KEEPER_HELD = 0
 LEASE_KEEPER_LOST = 1
@@ -125,13 +137,87 @@ def keeper_opts_init() -> lease_keeper_opts:
                              renew_every_ms=0, payload=None, step_down=0)
 
 
+class lease_history_entry(ctypes.Structure):
+    """struct lease_history_entry (lease/history.h); `ended` is enum
+    lease_ended."""
+
+    _fields_ = [
+        ("token", ctypes.c_uint64),
+        ("owner", ctypes.c_char * LEASE_OWNER_BUFSZ),
+        ("label", ctypes.c_char * (LEASE_LABEL_MAX + 1)),
+        ("ttl_ms", ctypes.c_uint64),
+        ("acquired_ms", ctypes.c_int64),
+        ("ended", ctypes.c_int),
+        ("ended_ms", ctypes.c_int64),
+    ]
+
+
+# typedef void (*lease_stepdown_cb)(lease_election *, int reason, void *);
+STEPDOWN_CB = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int,
+                               ctypes.c_void_p)
+
+
+class lease_campaign_opts(ctypes.Structure):
+    """struct lease_campaign_opts (lease/election.h)."""
+
+    _fields_ = [
+        ("version", ctypes.c_uint),
+        ("ttl_ms", ctypes.c_uint64),
+        ("label", ctypes.c_char_p),
+        ("wait_ms", ctypes.c_uint64),
+        ("on_stepdown", STEPDOWN_CB),
+        ("payload", ctypes.c_void_p),
+        ("cancel", ctypes.c_void_p),   # lease_cancel *
+    ]
+
+
+def campaign_opts_init() -> lease_campaign_opts:
+    """LEASE_CAMPAIGN_OPTS_INIT: { VERSION, 0, NULL, 0, NULL, NULL, NULL }."""
+    return lease_campaign_opts(version=LEASE_CAMPAIGN_OPTS_VERSION, ttl_ms=0,
+                               label=None, wait_ms=0, payload=None)
+
+
+# typedef void (*lease_session_lost_cb)(lease_session *, lease_held *,
+#                                       int reason, void *payload);
+SESSION_LOST_CB = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p,
+                                   ctypes.c_int, ctypes.c_void_p)
+
+
+class lease_session_opts(ctypes.Structure):
+    """struct lease_session_opts (lease/session.h)."""
+
+    _fields_ = [
+        ("version", ctypes.c_uint),
+        ("owner", ctypes.c_char_p),
+        ("ttl_ms", ctypes.c_uint64),
+        ("label", ctypes.c_char_p),
+        ("renew_every_ms", ctypes.c_uint64),
+        ("batch_max", ctypes.c_size_t),
+        ("on_lost", SESSION_LOST_CB),
+        ("payload", ctypes.c_void_p),
+        ("step_down", ctypes.c_int),
+    ]
+
+
+def session_opts_init() -> lease_session_opts:
+    """LEASE_SESSION_OPTS_INIT: { VERSION, NULL, 0, NULL, 0, 0, NULL, NULL,
+    0 }."""
+    return lease_session_opts(version=LEASE_SESSION_OPTS_VERSION, owner=None,
+                              ttl_ms=0, label=None, renew_every_ms=0,
+                              batch_max=0, payload=None, step_down=0)
+
+
 StorePtr = ctypes.c_void_p
 KeeperPtr = ctypes.c_void_p
+ElectionPtr = ctypes.c_void_p
+SessionPtr = ctypes.c_void_p
+HeldPtr = ctypes.c_void_p
 
 _c_int = ctypes.c_int
 _c_u64 = ctypes.c_uint64
 _c_i64 = ctypes.c_int64
 _c_char_p = ctypes.c_char_p
+_c_size = ctypes.c_size_t
 _p = ctypes.POINTER
 
 # name: (restype, argtypes). CDLL (never PyDLL): ctypes releases the GIL
@@ -165,6 +251,14 @@ _PROTOTYPES: dict[str, tuple[object, list[object]]] = {
     "lease_grant_remaining_ms": (_c_u64, [_p(lease_grant)]),
     "lease_grant_valid": (_c_int, [_p(lease_grant)]),
     "lease_inspect": (_c_int, [_p(lease_info), StorePtr, _c_char_p]),
+    "lease_list": (_c_int, [_p(_p(lease_info)), _p(_c_size), StorePtr,
+                            _c_char_p]),
+    "lease_list_free": (None, [_p(lease_info)]),
+    # history.h
+    "lease_history": (_c_int, [_p(_p(lease_history_entry)), _p(_c_size),
+                               StorePtr, _c_char_p, _c_size]),
+    "lease_history_free": (None, [_p(lease_history_entry)]),
+    "lease_ended_name": (_c_char_p, [_c_int]),
     # fence.h
     "lease_fence_advance": (_c_int, [_p(_c_u64), StorePtr, _c_char_p, _c_u64]),
     # keeper.h
@@ -175,6 +269,33 @@ _PROTOTYPES: dict[str, tuple[object, list[object]]] = {
     "lease_keeper_token": (_c_u64, [KeeperPtr]),
     "lease_keeper_state_get": (_c_int, [KeeperPtr]),
     "lease_keeper_stop": (_c_int, [_p(lease_grant), KeeperPtr, _c_int]),
+    # election.h
+    "lease_campaign": (_c_int, [_p(ElectionPtr), StorePtr, _c_char_p,
+                                _p(lease_campaign_opts)]),
+    "lease_election_is_leader": (_c_int, [ElectionPtr]),
+    "lease_election_epoch": (_c_u64, [ElectionPtr]),
+    "lease_election_deadline_ns": (_c_i64, [ElectionPtr]),
+    "lease_election_grant": (_p(lease_grant), [ElectionPtr]),
+    "lease_resign": (_c_int, [ElectionPtr]),
+    "lease_leader_get": (_c_int, [_p(lease_info), StorePtr, _c_char_p]),
+    # session.h
+    "lease_session_open": (_c_int, [_p(SessionPtr), StorePtr,
+                                    _p(lease_session_opts)]),
+    # on_lost (lease_held_lost_cb) is always NULL here: the session's
+    # on_lost reports every grant.
+    "lease_session_acquire": (_c_int, [_p(HeldPtr), _p(lease_info),
+                                       SessionPtr, _c_char_p, _c_u64,
+                                       ctypes.c_void_p, ctypes.c_void_p]),
+    "lease_session_claim": (_c_int, [_p(_c_size), _p(HeldPtr), SessionPtr,
+                                     _p(_c_char_p), _c_size, _c_size]),
+    "lease_held_valid": (_c_int, [HeldPtr]),
+    "lease_held_remaining_ms": (_c_u64, [HeldPtr]),
+    "lease_held_token": (_c_u64, [HeldPtr]),
+    "lease_held_state": (_c_int, [HeldPtr]),
+    "lease_held_grant": (_p(lease_grant), [HeldPtr]),
+    "lease_session_release": (_c_int, [SessionPtr, HeldPtr]),
+    "lease_session_count": (_c_size, [SessionPtr]),
+    "lease_session_close": (_c_int, [SessionPtr, _c_int]),
 }
 
 
@@ -235,3 +356,8 @@ def strerror(code: int) -> str:
 
 def error_name(code: int) -> str:
     return text(lib().lease_error_name(code))
+
+
+def ended_name(ended: int) -> str:
+    """lease_ended_name(): "held", "released", "expired", "lost"."""
+    return text(lib().lease_ended_name(ended))

@@ -167,9 +167,14 @@ def test_structures_match_the_c_layout() -> None:
                          timeout=60).stdout
     structs = {"lease_grant": _capi.lease_grant, "lease_info": _capi.lease_info,
                "lease_acquire_opts": _capi.lease_acquire_opts,
-               "lease_keeper_opts": _capi.lease_keeper_opts}
+               "lease_keeper_opts": _capi.lease_keeper_opts,
+               "lease_history_entry": _capi.lease_history_entry,
+               "lease_campaign_opts": _capi.lease_campaign_opts,
+               "lease_session_opts": _capi.lease_session_opts}
     inits = {"lease_acquire_opts": _capi.acquire_opts_init(),
-             "lease_keeper_opts": _capi.keeper_opts_init()}
+             "lease_keeper_opts": _capi.keeper_opts_init(),
+             "lease_campaign_opts": _capi.campaign_opts_init(),
+             "lease_session_opts": _capi.session_opts_init()}
     seen = 0
     for line in out.splitlines():
         kind, name, a, b = line.split()
@@ -181,7 +186,8 @@ def test_structures_match_the_c_layout() -> None:
             field = getattr(structs[kind], name)
             assert (field.offset, field.size) == (int(a), int(b)), line
         seen += 1
-    assert seen == 4 + 7 + 8 + 8 + 5 + 8
+    # The structs whole, their fields, the *_INIT values printed.
+    assert seen == 7 + (7 + 8 + 8 + 5 + 7 + 7 + 9) + (5 + 3 + 3 + 5)
     for struct in structs.values():
         assert len(struct._fields_) == sum(
             1 for line in out.splitlines()

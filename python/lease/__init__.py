@@ -17,13 +17,18 @@ The stores are those of liblease (SQLite, PostgreSQL, Redis, etcd,
 Kubernetes), chosen by the URL's scheme.  Durations are seconds (int or
 float).  Errors are :class:`Error` and its subclasses, each with ``.code``.
 
+:meth:`Store.list` and :meth:`Store.history` tell what the store holds and
+held.  ``grant.on_lost(callback)`` runs a callback when authority is lost,
+on one thread of the package, never on the library's renewing threads.
+
 Threads: a :class:`Store` is one connection of the library, which serves one
 thread at a time; each Store guards its connection with a lock, so sharing
 one between threads is safe, and its calls run one after the other.  An
 acquire that has to wait (``wait=``) tries once on the shared connection and
 then waits on a connection of its own, so that a holder sharing the store
-can still renew and release meanwhile.  The properties of a held grant (``valid``, ``remaining``, ``lost``,
-``check()``) never touch the store and may be used from any thread at once.
+can still renew and release meanwhile.  The properties of a held grant
+(``valid``, ``remaining``, ``lost``, ``check()``) never touch the store and
+may be used from any thread at once.
 
 Processes: a store and a grant belong to the process that made them.  In a
 child made by ``os.fork()`` a store refuses every call (its connection is
@@ -34,7 +39,6 @@ stops the parent's renewal nor releases the parent's lease.
 from __future__ import annotations
 
 import asyncio
-import atexit
 import ctypes
 import dataclasses
 import math
@@ -42,224 +46,27 @@ import os
 import threading
 import time
 import types
-import uuid
-from typing import Optional, Type, Union
+from typing import Iterator, List, Optional, Type
 
 from . import _capi, _wait, fence_kit
+from ._callbacks import Losable
 from ._capi import LibraryNotFound
+from ._common import (
+    Busy, Error, HistoryEntry, Info, InvalidArgument, Lost, NotFound,
+    OutOfMemory, Seconds, Stale, StoreError, Timeout, Unsupported, _count,
+    _error, _live, _name_bytes, _open_handle, _owner, _seconds_ms, _token)
 
 __all__ = [
     "open", "Store", "Grant", "Hold", "Info",
+    "HistoryEntry",
     "Error", "InvalidArgument", "Busy", "Lost", "Stale", "Timeout",
     "StoreError", "NotFound", "OutOfMemory", "Unsupported", "LibraryNotFound",
     "library_version", "fence_kit",
 ]
 
-Seconds = Union[int, float]
-
-_U64_MAX = (1 << 64) - 1
-_TOKEN_MAX = (1 << 63) - 1
-
-
-# ---------------------------------------------------------------- errors
-
-class Error(Exception):
-    """A failure reported by liblease.
-
-    ``code`` is the library's negative error code (``lease.Busy.code`` is
-    -2, as LEASE_EBUSY); ``str(error)`` is the library's detailed message,
-    which never holds a password from a store URL.
-    """
-
-    code: int = _capi.LEASE_EINVALID
-
-    def __init__(self, message: str, code: Optional[int] = None) -> None:
-        super().__init__(message)
-        if code is not None:
-            self.code = code
-
-    @property
-    def name(self) -> str:
-        """The code's name, as the C library spells it: "EBUSY"."""
-        return _ERROR_NAMES.get(self.code, "EUNKNOWN")
-
-
-class InvalidArgument(Error, ValueError):
-    """An argument the library refused (LEASE_EINVALID)."""
-
-    code = _capi.LEASE_EINVALID
-
-
-class Busy(Error):
-    """The lease is held by another owner (LEASE_EBUSY).
-
-    ``holder`` is what the store said about the current holder, or None.
-    """
-
-    code = _capi.LEASE_EBUSY
-    holder: Optional["Info"] = None
-
-
-class Lost(Error):
-    """This owner does not hold the lease any more (LEASE_ELOST)."""
-
-    code = _capi.LEASE_ELOST
-
-
-class Stale(Error):
-    """A fencing token older than the resource's mark (LEASE_ESTALE)."""
-
-    code = _capi.LEASE_ESTALE
-
-
-class Timeout(Error, TimeoutError):
-    """A wait ran out (LEASE_ETIMEOUT).
-
-    ``holder`` is the holder that kept the lease, when the store said.
-    """
-
-    code = _capi.LEASE_ETIMEOUT
-    holder: Optional["Info"] = None
-
-
-class StoreError(Error):
-    """The store failed or could not be reached (LEASE_ESTORE): whether the
-    call took effect is unknown."""
-
-    code = _capi.LEASE_ESTORE
-
-
-class NotFound(Error):
-    """No such key or resource (LEASE_ENOTFOUND)."""
-
-    code = _capi.LEASE_ENOTFOUND
-
-
-class OutOfMemory(Error, MemoryError):
-    """The library ran out of memory (LEASE_ENOMEM)."""
-
-    code = _capi.LEASE_ENOMEM
-
-
-class Unsupported(Error):
-    """Not supported by this store (LEASE_EUNSUPPORTED)."""
-
-    code = _capi.LEASE_EUNSUPPORTED
-
-
-_ERRORS: dict[int, Type[Error]] = {
-    cls.code: cls for cls in (InvalidArgument, Busy, Lost, Stale, Timeout,
-                              StoreError, NotFound, OutOfMemory, Unsupported)
-}
-_ERROR_NAMES = {
-    _capi.LEASE_EINVALID: "EINVALID", _capi.LEASE_EBUSY: "EBUSY",
-    _capi.LEASE_ELOST: "ELOST", _capi.LEASE_ESTALE: "ESTALE",
-    _capi.LEASE_ETIMEOUT: "ETIMEOUT", _capi.LEASE_ESTORE: "ESTORE",
-    _capi.LEASE_ENOTFOUND: "ENOTFOUND", _capi.LEASE_ENOMEM: "ENOMEM",
-    _capi.LEASE_EUNSUPPORTED: "EUNSUPPORTED",
-}
-
-
-def _error(code: int) -> Error:
-    """The exception for a failed call's code, with the detailed message of
-    this thread's last failure: call it right after the call, on its thread
-    (the library keeps the message per thread)."""
-    message = _capi.errmsg() or _capi.strerror(code)
-    return _ERRORS.get(code, Error)(message, code)
-
-
-# ------------------------------------------------------------- arguments
-# Checked in Python before any call into the library, so a bad argument is
-# a TypeError or ValueError whatever the store, and nothing is sent.
-
-def _seconds_ms(name: str, value: object, *, zero: bool = False) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{name} must be a number of seconds, not "
-                        f"{type(value).__name__}")
-    if not math.isfinite(value) or value < 0 or (value == 0 and not zero):
-        raise ValueError(f"{name} must be {'>= 0' if zero else '> 0'} "
-                         f"seconds, not {value!r}")
-    # Rounded up: a positive duration never becomes 0 ms.
-    ms = math.ceil(value * 1000)
-    if ms > _U64_MAX:
-        raise ValueError(f"{name} is too large: {value!r}")
-    return ms
-
-
-def _name_bytes(what: str, value: object, limit: int = _capi.LEASE_KEY_MAX,
-                empty: bool = False) -> bytes:
-    if not isinstance(value, str):
-        raise TypeError(f"{what} must be str, not {type(value).__name__}")
-    b = value.encode("utf-8", "surrogateescape")
-    if not b and not empty:
-        raise ValueError(f"{what} must not be empty")
-    if len(b) > limit:
-        raise ValueError(f"{what} is {len(b)} bytes: at most {limit}")
-    if b"\0" in b:
-        raise ValueError(f"{what} must not contain a NUL character")
-    return b
-
-
-def _token(value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"token must be int, not {type(value).__name__}")
-    if not 1 <= value <= _TOKEN_MAX:
-        raise ValueError(f"token must be 1 .. 2**63-1, not {value}")
-    return value
-
-
-def _owner(value: object) -> bytes:
-    if not isinstance(value, str):
-        raise TypeError(f"owner must be str, not {type(value).__name__}")
-    try:
-        return str(uuid.UUID(value)).encode()
-    except ValueError:
-        raise ValueError("owner must be a UUID in text form") from None
-
-
-# ------------------------------------------------------------------ info
-
-_STATES = {_capi.LEASE_STATE_FREE: "free", _capi.LEASE_STATE_HELD: "held",
-           _capi.LEASE_STATE_EXPIRED: "expired"}
-
-
-@dataclasses.dataclass(frozen=True)
-class Info:
-    """The state of one key, as the store reports it.
-
-    ``state`` is 'held' (an unexpired lease exists), 'expired' (its last
-    lease ran out and was never released) or 'free'.  ``owner`` and
-    ``label`` are None when there is no holder to show; ``remaining`` and
-    ``ttl`` are seconds on the store's clock, 0 unless held.
-    """
-
-    key: str
-    state: str
-    owner: Optional[str]
-    label: Optional[str]
-    token: int
-    remaining: float
-    ttl: float
-
-    @property
-    def held(self) -> bool:
-        return self.state == "held"
-
-    @classmethod
-    def _from_c(cls, c: _capi.lease_info) -> "Info":
-        owner = _capi.text(c.owner)
-        return cls(key=_capi.text(c.key),
-                   state=_STATES.get(c.state, "free"),
-                   owner=owner or None,
-                   label=_capi.text(c.label) if owner else None,
-                   token=int(c.token),
-                   remaining=c.remaining_ms / 1000,
-                   ttl=c.ttl_ms / 1000)
-
-
 # ----------------------------------------------------------------- grant
 
-class Grant:
+class Grant(Losable):
     """One grant of a lease: its key, owner, label and fencing token.
 
     From :meth:`Store.acquire` it is a one-shot grant that the caller renews
@@ -272,6 +79,10 @@ class Grant:
     A grant belongs to the process that acquired it: in a child made by
     ``os.fork()`` it is never valid.  A grant that is garbage collected
     releases nothing.
+
+    ``lost`` (a :class:`threading.Event`) is set when authority is known
+    lost: for a held grant when the keeper gives up, for a one-shot grant
+    when a renew said :class:`Lost`; :meth:`on_lost` registers a callback.
     """
 
     def __init__(self, c: _capi.lease_grant) -> None:
@@ -280,10 +91,7 @@ class Grant:
         self._mu = threading.Lock()
         self._keeper: Optional[ctypes.c_void_p] = None
         self._ended = False
-        self.lost = threading.Event()
-        """Set when authority is known lost (a held grant: when the keeper
-        gives up; a one-shot grant: when a renew said Lost)."""
-        self.lost_reason: Optional[int] = None
+        self._init_loss()
 
     @property
     def key(self) -> str:
@@ -568,8 +376,7 @@ class Store:
             if rc < 0:
                 err = _error(rc)
                 if rc == _capi.LEASE_ELOST:
-                    g.lost_reason = rc
-                    g.lost.set()
+                    g._set_lost(rc)
                 raise err
         return g
 
@@ -609,6 +416,51 @@ class Store:
             if rc < 0:
                 raise _error(rc)
         return int(mark.value)
+
+    def list(self, prefix: str = "") -> Iterator[Info]:
+        """An iterator over every key that starts with ``prefix`` ("" for
+        all), sorted by key, free ones included: one :class:`Info` each.
+        The store is read once, when this is called."""
+        p = _name_bytes("prefix", prefix, empty=True)
+        out = ctypes.POINTER(_capi.lease_info)()
+        n = ctypes.c_size_t(0)
+        lib = _capi.lib()
+        with self._lock:
+            rc = lib.lease_list(ctypes.byref(out), ctypes.byref(n), self._h(),
+                                p or None)
+            if rc < 0:
+                raise _error(rc)
+        try:
+            infos = [Info._from_c(out[i]) for i in range(n.value)]
+        finally:
+            lib.lease_list_free(out)
+        return iter(infos)
+
+    def history(self, key: str,
+                limit: Optional[int] = None) -> List[HistoryEntry]:
+        """The recent grants of ``key``, newest (highest token) first: a
+        list of :class:`HistoryEntry`.
+
+        ``limit`` (None: the library's most, 200) bounds how many; larger
+        values give 200.  A key never acquired has an empty history.  The
+        store keeps at least the newest 100 grants of each key.
+        """
+        k = _name_bytes("key", key)
+        most = _capi.LEASE_HISTORY_READ_MAX
+        n_max = most if limit is None else min(_count("limit", limit), most)
+        out = ctypes.POINTER(_capi.lease_history_entry)()
+        n = ctypes.c_size_t(0)
+        lib = _capi.lib()
+        with self._lock:
+            rc = lib.lease_history(ctypes.byref(out), ctypes.byref(n),
+                                   self._h(), k, n_max)
+            if rc < 0:
+                raise _error(rc)
+        try:
+            text = self._key_text(k)
+            return [HistoryEntry._from_c(text, out[i]) for i in range(n.value)]
+        finally:
+            lib.lease_history_free(out)
 
     # -- holding
 
@@ -680,14 +532,12 @@ class Hold:
             raise RuntimeError("a lease.Hold is entered once")
         store = self._store
         grant = store._acquire(self._key, self._opts, cancel)
-        lost = grant.lost
 
         def on_lost(keeper: Optional[int], reason: int,
                     payload: Optional[int]) -> None:
-            # The keeper's own thread: set the event and return, nothing
-            # that could block or call back into the library.
-            grant.lost_reason = reason
-            lost.set()
+            # The keeper's own thread, which lease_keeper_stop() joins: set
+            # the event and queue the callbacks, nothing that could block.
+            grant._set_lost(reason)
 
         cb = _capi.LOST_CB(on_lost)
         kopts = _capi.keeper_opts_init()
@@ -729,7 +579,13 @@ class Hold:
         _live.discard(self)
         self._cb = None
         self._err = err
+        grant._forget_callbacks()
         return rc
+
+    def _at_exit(self) -> None:
+        g = self._grant
+        if g is not None and os.getpid() == g._pid:
+            self._stop(release=True)
 
     def __exit__(self, et: Optional[Type[BaseException]],
                  ev: Optional[BaseException],
@@ -751,24 +607,6 @@ class Hold:
                        f"(token {grant.token})", _capi.LEASE_ELOST)
         if rc < 0 and self._err is not None:
             raise self._err
-
-
-# Holds entered and not yet left. Strong references: a Hold (and the
-# callback its keeper's thread calls) lives until its keeper is stopped,
-# even when the caller dropped it; at exit they are stopped, so that no
-# keeper thread calls back into an interpreter that is shutting down.
-_live: "set[Hold]" = set()
-
-
-@atexit.register
-def _stop_live_holds() -> None:
-    for h in list(_live):
-        g = h._grant
-        if g is not None and os.getpid() == g._pid:
-            try:
-                h._stop(release=True)
-            except Exception:
-                pass
 
 
 # ------------------------------------------------------------------ open
@@ -818,15 +656,15 @@ def open(url: Optional[str] = None, *, timeout: Seconds = 5.0) -> Store:
     return Store(_open_handle(raw, timeout_ms), raw, timeout_ms)
 
 
-def _open_handle(url: bytes, timeout_ms: int) -> ctypes.c_void_p:
-    handle = ctypes.c_void_p()
-    rc = _capi.lib().lease_store_open_timeout(ctypes.byref(handle), url,
-                                              timeout_ms)
-    if rc < 0:
-        raise _error(rc)
-    return handle
-
-
 def library_version() -> str:
     """The version of the liblease loaded ("0.1.0")."""
     return _capi.text(_capi.lib().lease_version())
+
+
+# The public names are lease.X wherever they are defined: so tracebacks,
+# reprs and pickles say, and so help(lease) lists them.
+for _public in (Error, InvalidArgument, Busy, Lost, Stale, Timeout,
+                StoreError, NotFound, OutOfMemory, Unsupported, Info,
+                HistoryEntry):
+    _public.__module__ = __name__
+del _public

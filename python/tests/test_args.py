@@ -52,6 +52,16 @@ BAD: list[tuple[str, Callable[[lease.Store], object], type]] = [
     ("hold ttl", lambda s: s.hold("k", ttl=0), ValueError),
     ("hold wait", lambda s: s.hold("k", wait=True), TypeError),
     ("hold key", lambda s: s.hold(None), TypeError),  # type: ignore
+    ("list prefix", lambda s: s.list(1), TypeError),  # type: ignore
+    ("list prefix NUL", lambda s: s.list("a\0"), ValueError),
+    ("list prefix long", lambda s: s.list("p" * 256), ValueError),
+    ("history key", lambda s: s.history(""), ValueError),
+    ("history limit 0", lambda s: s.history("k", limit=0), ValueError),
+    ("history limit bool", lambda s: s.history("k", limit=True), TypeError),
+    ("history limit float",
+     lambda s: s.history("k", limit=2.0), TypeError),  # type: ignore
+    ("grant on_lost", lambda s: lease.Grant(_capi.lease_grant()).on_lost(
+        "print"), TypeError),  # type: ignore
 ]
 
 

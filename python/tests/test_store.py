@@ -4,6 +4,7 @@ bounded; nothing depends on a sleep being long enough."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -277,3 +278,122 @@ def test_repr_and_messages_hide_the_password(store: lease.Store, url: str,
             assert password not in text
     else:
         assert store.url == url
+
+
+def flush() -> None:
+    """Wait (bounded) until the on_lost callbacks queued so far have run."""
+    assert lease._callbacks.dispatcher.flush(30), "callbacks did not run"
+
+
+def test_list_sorted_by_key_free_ones_included(store: lease.Store,
+                                               prefix: str) -> None:
+    a = store.acquire(prefix + "a", ttl=30, label="A")
+    b = store.acquire(prefix + "b", ttl=30)
+    store.release(b)
+    c = store.acquire(prefix + "c", ttl=30)
+    other = store.acquire(prefix.rstrip("/") + "-other/a", ttl=30)
+    listed = store.list(prefix)
+    assert iter(listed) is listed
+    infos = list(listed)
+    assert [i.key for i in infos] == [prefix + "a", prefix + "b", prefix + "c"]
+    assert [i.state for i in infos] == ["held", "free", "held"]
+    assert (infos[0].owner, infos[0].label, infos[0].token) == \
+        (a.owner, "A", a.token)
+    assert infos[1].owner is None and infos[1].token == b.token
+    assert infos[2].owner == c.owner
+    assert [i.key for i in store.list(prefix + "c")] == [prefix + "c"]
+    assert list(store.list(prefix + "none")) == []
+    everything = [i.key for i in store.list()]
+    assert prefix + "a" in everything and other.key in everything
+    for g in (a, c, other):
+        store.release(g)
+
+
+def test_history_newest_first(store: lease.Store, prefix: str) -> None:
+    key = prefix + "hist"
+    assert store.history(key) == []
+    first = store.acquire(key, ttl=30, label="first")
+    store.release(first)
+    second = store.acquire(key, ttl=30, label="second")
+    entries = store.history(key)
+    assert [(e.token, e.owner, e.label, e.ended) for e in entries] == [
+        (second.token, second.owner, "second", "held"),
+        (first.token, first.owner, "first", "released")]
+    newest, oldest = entries
+    assert newest.key == key and newest.ttl >= 30
+    assert newest.ended_ms == 0 and newest.ended_at is None
+    assert oldest.acquired_ms > 0 and oldest.ended_ms >= oldest.acquired_ms
+    assert oldest.acquired_at is not None and oldest.ended_at is not None
+    assert oldest.acquired_at.tzinfo is not None
+    assert store.history(key, limit=1) == [newest]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        newest.token = 1  # type: ignore[misc]
+    store.release(second)
+    assert store.history(key)[0].ended == "released"
+
+
+def test_on_lost_runs_once_off_the_keepers_thread(store: lease.Store,
+                                                  prefix: str) -> None:
+    key = prefix + "cb"
+    left = threading.Event()
+    calls: list[tuple[lease.Grant, bool]] = []
+
+    def callback(g: lease.Grant) -> None:
+        # Returns once the block is left: on the keeper's own thread this
+        # would hold up the keeper's stop, which joins that thread, until
+        # the wait ran out.
+        calls.append((g, left.wait(timeout=20)))
+
+    with pytest.raises(lease.Lost):
+        with store.hold(key, ttl=1) as grant:
+            grant.on_lost(callback)
+            store.release(store.acquire(key, ttl=1, owner=grant.owner))
+            assert grant.lost.wait(timeout=15)
+    left.set()
+    flush()
+    assert calls == [(grant, True)]
+    assert grant.lost_reason == lease.Lost.code
+
+
+def test_on_lost_once_and_at_once_when_lost_already(store: lease.Store,
+                                                    prefix: str) -> None:
+    g = store.acquire(prefix + "k", ttl=10)
+    seen: list[tuple[lease.Grant, int]] = []
+    g.on_lost(lambda x: seen.append((x, threading.get_ident())))
+    store.release(g)
+    for _ in range(2):
+        with pytest.raises(lease.Lost):
+            store.renew(g)
+    flush()
+    assert len(seen) == 1 and seen[0][0] is g
+    assert seen[0][1] != threading.get_ident()
+    # Registered once lost: runs at once, on this thread.
+    g.on_lost(lambda x: seen.append((x, threading.get_ident())))
+    assert seen[1] == (g, threading.get_ident())
+    flush()
+    assert len(seen) == 2
+
+
+def test_a_raising_callback_is_logged(
+        store: lease.Store, prefix: str,
+        caplog: pytest.LogCaptureFixture) -> None:
+    g = store.acquire(prefix + "k", ttl=10)
+    after: list[lease.Grant] = []
+
+    def bad(x: lease.Grant) -> None:
+        raise RuntimeError("callback failed")
+
+    g.on_lost(bad)
+    g.on_lost(after.append)
+    store.release(g)
+    with caplog.at_level("ERROR", logger="lease"):
+        with pytest.raises(lease.Lost):
+            store.renew(g)
+        flush()
+        # Registered once lost: runs at once; its exception is logged too.
+        g.on_lost(bad)
+    assert after == [g]
+    errors = [r for r in caplog.records if r.name == "lease"]
+    assert len(errors) == 2
+    for r in errors:
+        assert r.exc_info is not None and r.exc_info[0] is RuntimeError

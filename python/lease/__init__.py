@@ -17,9 +17,12 @@ The stores are those of liblease (SQLite, PostgreSQL, Redis, etcd,
 Kubernetes), chosen by the URL's scheme.  Durations are seconds (int or
 float).  Errors are :class:`Error` and its subclasses, each with ``.code``.
 
-:meth:`Store.list` and :meth:`Store.history` tell what the store holds and
-held.  ``grant.on_lost(callback)`` runs a callback when authority is lost,
-on one thread of the package, never on the library's renewing threads.
+Beyond one lease: :meth:`Store.elect` leads an election (a
+:class:`Leader` with its epoch), :meth:`Store.list` and
+:meth:`Store.history` tell what the store holds and held.  A grant and a
+leader share ``lost`` (a :class:`threading.Event`) and
+``on_lost(callback)``; callbacks run on one thread of the package, never
+on the library's renewing threads.
 
 Threads: a :class:`Store` is one connection of the library, which serves one
 thread at a time; each Store guards its connection with a lock, so sharing
@@ -27,13 +30,14 @@ one between threads is safe, and its calls run one after the other.  An
 acquire that has to wait (``wait=``) tries once on the shared connection and
 then waits on a connection of its own, so that a holder sharing the store
 can still renew and release meanwhile.  The properties of a held grant
-(``valid``, ``remaining``, ``lost``, ``check()``) never touch the store and
-may be used from any thread at once.
+(``valid``, ``remaining``, ``lost``, ``check()``) or a leader never touch
+the store and may be used from any thread at once.
 
-Processes: a store and a grant belong to the process that made them.  In a
-child made by ``os.fork()`` a store refuses every call (its connection is
-the parent's), a grant is never valid, and leaving a ``hold`` block neither
-stops the parent's renewal nor releases the parent's lease.
+Processes: a store, a grant and a leader belong to the process that made
+them.  In a child made by ``os.fork()`` a store refuses every call (its
+connection is the parent's), a grant or leader is never valid, and leaving
+a ``hold`` or ``elect`` block neither stops the parent's renewal nor
+releases the parent's lease.
 """
 
 from __future__ import annotations
@@ -54,11 +58,13 @@ from ._capi import LibraryNotFound
 from ._common import (
     Busy, Error, HistoryEntry, Info, InvalidArgument, Lost, NotFound,
     OutOfMemory, Seconds, Stale, StoreError, Timeout, Unsupported, _count,
-    _error, _live, _name_bytes, _open_handle, _owner, _seconds_ms, _token)
+    _error, _label, _live, _name_bytes, _open_handle, _owner, _seconds_ms,
+    _token, _wait_ms)
+from ._election import Campaign, Leader
 
 __all__ = [
     "open", "Store", "Grant", "Hold", "Info",
-    "HistoryEntry",
+    "Campaign", "Leader", "HistoryEntry",
     "Error", "InvalidArgument", "Busy", "Lost", "Stale", "Timeout",
     "StoreError", "NotFound", "OutOfMemory", "Unsupported", "LibraryNotFound",
     "library_version", "fence_kit",
@@ -462,6 +468,23 @@ class Store:
         finally:
             lib.lease_history_free(out)
 
+    def leader(self, name: str) -> Optional[Info]:
+        """The current leader of the election ``name`` (see :meth:`elect`),
+        or None when nobody leads it: never led, resigned, or the last
+        leader's lease ran out.  The :class:`Info`'s ``token`` is the
+        leader's epoch, ``label`` and ``owner`` name it, ``remaining`` is
+        its time left on the store's clock.  (``store.show("election/" +
+        name)`` tells about the last leader too.)"""
+        n = _name_bytes("name", name, _capi.LEASE_ELECTION_NAME_MAX)
+        out = _capi.lease_info()
+        with self._lock:
+            rc = _capi.lib().lease_leader_get(ctypes.byref(out), self._h(), n)
+            if rc < 0 and rc != _capi.LEASE_ENOTFOUND:
+                raise _error(rc)
+        if rc < 0 or out.state != _capi.LEASE_STATE_HELD:
+            return None
+        return Info._from_c(out)
+
     # -- holding
 
     def hold(self, key: str, ttl: Seconds = 30, wait: Optional[Seconds] = None,
@@ -493,6 +516,31 @@ class Store:
         anything acquired.  The grant is the same as ``hold``'s; await
         ``grant.wait_lost()`` to learn of a loss."""
         return self.hold(key, ttl=ttl, wait=wait, label=label)
+
+    def elect(self, name: str, ttl: Seconds = 30,
+              label: Optional[str] = None,
+              wait: Optional[Seconds] = None) -> Campaign:
+        """Lead the election ``name`` for the length of a ``with`` block::
+
+            with store.elect("scheduler", ttl=15, label=host) as leader:
+                while leader.valid:
+                    run_once(epoch=leader.epoch)
+
+        Entering campaigns (the lease ``"election/" + name``, with a new
+        owner) and blocks until this process leads: ``wait`` None waits
+        without bound, 0 tries once (:class:`Busy` if another leads), a
+        number waits at most that many seconds (:class:`Timeout`).  The
+        wait runs on a connection of its own, in slices of a few seconds,
+        so that Ctrl-C ends it.  While leading, the library renews every
+        ttl/3 and steps down at the first failed renewal: ``leader.lost``
+        is set and ``leader.valid`` turns False.  Leaving resigns (releases
+        the lease); after a loss it raises :class:`Lost`, unless the body
+        raised already.  Arguments are checked here, before any call.
+        """
+        n = _name_bytes("name", name, _capi.LEASE_ELECTION_NAME_MAX)
+        ttl_ms = _seconds_ms("ttl", ttl)
+        return Campaign(self, n, ttl_ms, _label(label),
+                        None if wait is None else _wait_ms(wait))
 
 
 class Hold:
@@ -665,6 +713,6 @@ def library_version() -> str:
 # reprs and pickles say, and so help(lease) lists them.
 for _public in (Error, InvalidArgument, Busy, Lost, Stale, Timeout,
                 StoreError, NotFound, OutOfMemory, Unsupported, Info,
-                HistoryEntry):
+                HistoryEntry, Campaign, Leader):
     _public.__module__ = __name__
 del _public

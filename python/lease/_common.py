@@ -10,6 +10,7 @@ import ctypes
 import dataclasses
 import datetime
 import math
+import time
 import uuid
 from typing import Optional, Protocol, Type, Union
 
@@ -262,6 +263,24 @@ def _utc(ms: int) -> Optional[datetime.datetime]:
     if ms <= 0:
         return None
     return datetime.datetime.fromtimestamp(ms / 1000, datetime.timezone.utc)
+
+
+# A long wait (for leadership, for a key of a session) is a series of the
+# library's waits, each this long at most: Ctrl-C (KeyboardInterrupt), the
+# end of a bounded wait and a session's close are noticed between two.
+# Each one starts the library's backoff afresh (a few tries in its first
+# second), so not much shorter.
+_WAIT_SLICE_MS = 2000
+
+
+def _slice_ms(end: Optional[float]) -> int:
+    """The library's wait for the next slice of a wait ending at ``end``
+    (time.monotonic(); None: never): at least 1 ms, so that a wait given
+    is always waited, at most one slice."""
+    if end is None:
+        return _WAIT_SLICE_MS
+    left = math.ceil((end - time.monotonic()) * 1000)
+    return max(1, min(left, _WAIT_SLICE_MS))
 
 
 def _label(value: object) -> Optional[bytes]:

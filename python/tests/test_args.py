@@ -60,8 +60,22 @@ BAD: list[tuple[str, Callable[[lease.Store], object], type]] = [
     ("history limit bool", lambda s: s.history("k", limit=True), TypeError),
     ("history limit float",
      lambda s: s.history("k", limit=2.0), TypeError),  # type: ignore
+    ("elect name int", lambda s: s.elect(1), TypeError),  # type: ignore
+    ("elect name empty", lambda s: s.elect(""), ValueError),
+    # The key is "election/" + name: at most 255 - 9 bytes of name.
+    ("elect name long", lambda s: s.elect("n" * 247), ValueError),
+    ("elect ttl 0", lambda s: s.elect("n", ttl=0), ValueError),
+    ("elect ttl bool", lambda s: s.elect("n", ttl=True), TypeError),
+    ("elect wait negative", lambda s: s.elect("n", wait=-1), ValueError),
+    ("elect wait nan", lambda s: s.elect("n", wait=float("nan")), ValueError),
+    ("elect label",
+     lambda s: s.elect("n", label=3), TypeError),  # type: ignore
+    ("leader name", lambda s: s.leader(b"n"), TypeError),  # type: ignore
+    ("leader name long", lambda s: s.leader("n" * 247), ValueError),
     ("grant on_lost", lambda s: lease.Grant(_capi.lease_grant()).on_lost(
         "print"), TypeError),  # type: ignore
+    ("leader on_lost",
+     lambda s: lease.Leader("n").on_lost(None), TypeError),  # type: ignore
 ]
 
 

@@ -18,9 +18,10 @@ Kubernetes), chosen by the URL's scheme.  Durations are seconds (int or
 float).  Errors are :class:`Error` and its subclasses, each with ``.code``.
 
 Beyond one lease: :meth:`Store.elect` leads an election (a
-:class:`Leader` with its epoch), :meth:`Store.list` and
-:meth:`Store.history` tell what the store holds and held.  A grant and a
-leader share ``lost`` (a :class:`threading.Event`) and
+:class:`Leader` with its epoch), :meth:`Store.session` keeps many leases
+with one thread (:class:`Session`, :class:`Held`), :meth:`Store.list` and
+:meth:`Store.history` tell what the store holds and held.  A grant, a
+leader and a held key share ``lost`` (a :class:`threading.Event`) and
 ``on_lost(callback)``; callbacks run on one thread of the package, never
 on the library's renewing threads.
 
@@ -30,14 +31,14 @@ one between threads is safe, and its calls run one after the other.  An
 acquire that has to wait (``wait=``) tries once on the shared connection and
 then waits on a connection of its own, so that a holder sharing the store
 can still renew and release meanwhile.  The properties of a held grant
-(``valid``, ``remaining``, ``lost``, ``check()``) or a leader never touch
-the store and may be used from any thread at once.
+(``valid``, ``remaining``, ``lost``, ``check()``), a leader or a held key
+never touch the store and may be used from any thread at once.
 
-Processes: a store, a grant and a leader belong to the process that made
-them.  In a child made by ``os.fork()`` a store refuses every call (its
-connection is the parent's), a grant or leader is never valid, and leaving
-a ``hold`` or ``elect`` block neither stops the parent's renewal nor
-releases the parent's lease.
+Processes: a store, a grant, a leader and a session belong to the process
+that made them.  In a child made by ``os.fork()`` a store or a session
+refuses every call (its connection is the parent's), a grant, leader or
+held key is never valid, and leaving a ``hold`` or ``elect`` block neither
+stops the parent's renewal nor releases the parent's lease.
 """
 
 from __future__ import annotations
@@ -61,10 +62,11 @@ from ._common import (
     _error, _label, _live, _name_bytes, _open_handle, _owner, _seconds_ms,
     _token, _wait_ms)
 from ._election import Campaign, Leader
+from ._session import Held, Session
 
 __all__ = [
     "open", "Store", "Grant", "Hold", "Info",
-    "Campaign", "Leader", "HistoryEntry",
+    "Campaign", "Leader", "Session", "Held", "HistoryEntry",
     "Error", "InvalidArgument", "Busy", "Lost", "Stale", "Timeout",
     "StoreError", "NotFound", "OutOfMemory", "Unsupported", "LibraryNotFound",
     "library_version", "fence_kit",
@@ -542,6 +544,20 @@ class Store:
         return Campaign(self, n, ttl_ms, _label(label),
                         None if wait is None else _wait_ms(wait))
 
+    def session(self, ttl: Seconds = 30,
+                label: Optional[str] = None) -> Session:
+        """Open a :class:`Session`: many leases of one owner, renewed by one
+        thread over one connection of its own (``with`` closes it)::
+
+            with store.session(ttl=30, label=host) as s:
+                mine = s.claim("shard/", 4, of=64)
+
+        Every lease of the session has this ``ttl`` and ``label`` and is
+        renewed every ttl/3.  Arguments are checked before any call.
+        """
+        ttl_ms = _seconds_ms("ttl", ttl)
+        return Session(self, ttl_ms, _label(label))
+
 
 class Hold:
     """The context manager of :meth:`Store.hold`; its ``__enter__`` gives
@@ -713,6 +729,6 @@ def library_version() -> str:
 # reprs and pickles say, and so help(lease) lists them.
 for _public in (Error, InvalidArgument, Busy, Lost, Stale, Timeout,
                 StoreError, NotFound, OutOfMemory, Unsupported, Info,
-                HistoryEntry, Campaign, Leader):
+                HistoryEntry, Campaign, Leader, Session, Held):
     _public.__module__ = __name__
 del _public

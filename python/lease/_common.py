@@ -303,6 +303,15 @@ def _count(name: str, value: object, least: int = 1) -> int:
     return value
 
 
+def _new_owner() -> bytes:
+    """A fresh owner identity (a UUID), from the library."""
+    buf = ctypes.create_string_buffer(_capi.LEASE_OWNER_BUFSZ)
+    rc = _capi.lib().lease_owner_new(buf)
+    if rc < 0:
+        raise _error(rc)
+    return buf.value
+
+
 def _open_handle(url: bytes, timeout_ms: int) -> ctypes.c_void_p:
     handle = ctypes.c_void_p()
     rc = _capi.lib().lease_store_open_timeout(ctypes.byref(handle), url,

@@ -72,6 +72,11 @@ BAD: list[tuple[str, Callable[[lease.Store], object], type]] = [
      lambda s: s.elect("n", label=3), TypeError),  # type: ignore
     ("leader name", lambda s: s.leader(b"n"), TypeError),  # type: ignore
     ("leader name long", lambda s: s.leader("n" * 247), ValueError),
+    ("session ttl 0", lambda s: s.session(ttl=0), ValueError),
+    ("session ttl str",
+     lambda s: s.session(ttl="1"), TypeError),  # type: ignore
+    ("session label long",
+     lambda s: s.session(label="x" * 256), ValueError),
     ("grant on_lost", lambda s: lease.Grant(_capi.lease_grant()).on_lost(
         "print"), TypeError),  # type: ignore
     ("leader on_lost",
@@ -86,6 +91,42 @@ def test_bad_arguments_raise_before_any_call(
     monkeypatch.setattr(_capi, "lib", _no_c_call)
     with pytest.raises(exc):
         call(local)
+
+
+# Called with an open session and a lease.Held of another session.
+SessionCall = Callable[[lease.Session, lease.Held], object]
+SESSION_BAD: list[tuple[str, SessionCall, type]] = [
+    ("acquire key", lambda s, h: s.acquire(7), TypeError),  # type: ignore
+    ("acquire key empty", lambda s, h: s.acquire(""), ValueError),
+    ("acquire wait", lambda s, h: s.acquire("k", wait=-0.5), ValueError),
+    ("acquire wait bool", lambda s, h: s.acquire("k", wait=False), TypeError),
+    ("claim prefix",
+     lambda s, h: s.claim(None, 1, 2), TypeError),  # type: ignore
+    ("claim count 0", lambda s, h: s.claim("p/", 0, 2), ValueError),
+    ("claim count > of", lambda s, h: s.claim("p/", 3, 2), ValueError),
+    ("claim of bool", lambda s, h: s.claim("p/", 1, True), TypeError),
+    ("claim of float",
+     lambda s, h: s.claim("p/", 1, 2.0), TypeError),  # type: ignore
+    # The last key, "p...p9", is 256 bytes.
+    ("claim key long", lambda s, h: s.claim("p" * 255, 1, 10), ValueError),
+    ("claim key NUL", lambda s, h: s.claim("p\0", 1, 1), ValueError),
+    ("release str", lambda s, h: s.release("k"), TypeError),  # type: ignore
+    ("release another's", lambda s, h: s.release(h), ValueError),
+    ("held on_lost", lambda s, h: h.on_lost(1), TypeError),  # type: ignore
+]
+
+
+@pytest.mark.parametrize("name,call,exc", SESSION_BAD,
+                         ids=[b[0] for b in SESSION_BAD])
+def test_bad_session_arguments_raise_before_any_call(
+        local: lease.Store, name: str, call: SessionCall, exc: type) -> None:
+    with local.session(ttl=30) as s, local.session(ttl=30) as other:
+        theirs = other.acquire("theirs")
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(_capi, "lib", _no_c_call)
+            with pytest.raises(exc):
+                call(s, theirs)
+        assert len(s) == 0 and len(other) == 1
 
 
 def test_bad_open_arguments_raise_before_connecting() -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import os
 import queue
+import asyncio
 import threading
 from typing import Callable, List, Optional, Tuple, TypeVar, Union
 
@@ -144,6 +145,34 @@ class Losable:
                 _report(callback, self)
         else:
             dispatcher.start()
+
+    async def wait_lost(self) -> None:
+        """Wait, without blocking the event loop, until authority is lost
+        (at once if it is already).  A lease that ends without a loss
+        (released, resigned, closed) never is: run this as a task beside
+        the work and cancel it when the block ends::
+
+            async with store.hold_async("jobs/nightly", ttl=30) as grant:
+                watch = asyncio.ensure_future(grant.wait_lost())
+                ...
+        """
+        if self.lost.is_set():
+            return
+        loop = asyncio.get_running_loop()
+        fut: "asyncio.Future[None]" = loop.create_future()
+
+        def settle() -> None:
+            if not fut.done():
+                fut.set_result(None)
+
+        def wake(_subject: object) -> None:
+            try:
+                loop.call_soon_threadsafe(settle)
+            except RuntimeError:
+                pass  # the loop is closed: nobody waits any more
+
+        self.on_lost(wake)
+        await fut
 
     def _set_lost(self, reason: Optional[int]) -> None:
         """Authority is gone: set ``lost`` and queue the callbacks, once.

@@ -4,16 +4,17 @@
 from __future__ import annotations
 
 import ctypes
+import math
 import os
 import threading
 import time
 import types
 from typing import TYPE_CHECKING, Optional, Type
 
-from . import _capi
+from . import _capi, _wait
 from ._callbacks import Losable
 from ._common import (Busy, Error, Info, Lost, StoreError, Timeout, _error,
-                      _live, _open_handle, _slice_ms)
+                      _live, _open_handle)
 
 if TYPE_CHECKING:
     from . import Store
@@ -116,6 +117,16 @@ class Leader(Losable):
                 f"owner={self.owner} valid={self.valid}>")
 
 
+def _wait_ms_until(end: Optional[float]) -> int:
+    """The library's wait for a try of a wait ending at ``end``
+    (time.monotonic(); None: never): at least 1 ms, at most the library's
+    longest wait."""
+    if end is None:
+        return _capi.LEASE_WAIT_MAX_MS
+    left = math.ceil((end - time.monotonic()) * 1000)
+    return max(1, min(left, _capi.LEASE_WAIT_MAX_MS))
+
+
 class Campaign:
     """The context manager of :meth:`Store.elect`; its ``__enter__`` waits
     for leadership and gives the :class:`Leader`, its ``__exit__``
@@ -157,8 +168,10 @@ class Campaign:
             self._campaign(leader)
         except BaseException:
             if not leader._ptr.value:
+                # The callback object stays referenced: a wait abandoned by
+                # a second Ctrl-C may still lead on its thread, which then
+                # resigns (and lets go of it) itself.
                 _live.discard(self)
-                self._cb = None
                 self._leader = None
             raise
         g = _capi.lib().lease_election_grant(leader._ptr)
@@ -180,20 +193,30 @@ class Campaign:
             raise err
         end = None if self._wait_ms is None else \
             time.monotonic() + self._wait_ms / 1000
-        handle = _open_handle(store._open_url, store._timeout_ms)
-        try:
-            while True:
-                opts.wait_ms = _slice_ms(end)
-                err = self._try(handle, leader)
-                if err is None:
-                    return
-                # A store failure is waited out as a busy key is (the
-                # library does so within one wait); the last one is told.
-                if not isinstance(err, (Busy, Timeout, StoreError)) or \
-                        (end is not None and time.monotonic() >= end):
-                    raise err
-        finally:
-            _capi.lib().lease_store_close(handle)
+
+        def wait(cancel: ctypes.c_void_p) -> Leader:
+            # A connection of its own, and a cancel handle that Ctrl-C
+            # fires (see _wait): each try waits as long as it may, the
+            # library's longest wait when None was asked.
+            opts.cancel = cancel
+            handle = _open_handle(store._open_url, store._timeout_ms)
+            try:
+                while True:
+                    opts.wait_ms = _wait_ms_until(end)
+                    err = self._try(handle, leader)
+                    if err is None:
+                        return leader
+                    # A store failure is waited out as a busy key is (the
+                    # library does so within one wait); the last one is told.
+                    if not isinstance(err, (Busy, Timeout, StoreError)) or \
+                            _capi.lib().lease_cancel_fired(cancel) or \
+                            (end is not None and time.monotonic() >= end):
+                        raise err
+            finally:
+                _capi.lib().lease_store_close(handle)
+        def undo(got: Leader) -> None:
+            self._resign(got)
+        _wait.call(wait, undo)
 
     def _try(self, handle: ctypes.c_void_p, leader: Leader) -> Optional[Error]:
         """One lease_campaign() on ``handle``; None on success, else the
@@ -212,9 +235,10 @@ class Campaign:
                 err.holder = Info._from_c(info)
         return err
 
-    def _resign(self) -> int:
-        """Resign (stop renewing, join the thread, release) once."""
-        leader = self._leader
+    def _resign(self, leader: Optional[Leader] = None) -> int:
+        """Resign (stop renewing, join the thread, release) once; `leader`
+        when the block was never entered (a wait abandoned meanwhile)."""
+        leader = leader if leader is not None else self._leader
         assert leader is not None
         with leader._mu:
             ptr = leader._ptr.value

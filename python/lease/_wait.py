@@ -109,7 +109,8 @@ class _Call(Generic[T]):
 def call(fn: Callable[[ctypes.c_void_p], T], undo: Callable[[T], None]) -> T:
     """Run ``fn(cancel)`` on a thread of its own and wait for it; an
     exception in the wait (KeyboardInterrupt) cancels it and undoes what it
-    got before the exception goes on."""
+    got before the exception goes on (unless a second one comes meanwhile:
+    then the call's thread undoes it when it ends)."""
     c: _Call[T] = _Call(fn, undo)
     c.start()
     try:
@@ -120,6 +121,15 @@ def call(fn: Callable[[ctypes.c_void_p], T], undo: Callable[[T], None]) -> T:
             pass
     except BaseException:
         c.cancel()
+        try:
+            # The call ends after its try in progress (a pause ends at
+            # once; a store call within its timeout): then its result is
+            # undone here, before the interruption goes on.
+            while not c.done.wait(_SLICE):
+                pass
+        except BaseException:
+            c.abandon()  # interrupted again: the thread undoes it
+            raise
         c.abandon()
         raise
     return c.outcome()

@@ -52,18 +52,7 @@ py=/usr/bin/python3
 # No __pycache__ left in the source tree by bench/peers/cycles.py.
 export PYTHONDONTWRITEBYTECODE=1
 
-die() {
-  echo "compare.sh: $*" >&2
-  exit 1
-}
-log() {
-  echo "compare.sh: $*" >&2
-}
-
-# in_range N LO HI: N is a decimal number in LO..HI.
-in_range() {
-  [[ $1 =~ ^[0-9]{1,6}$ ]] && [ "$1" -ge "$2" ] && [ "$1" -le "$3" ]
-}
+. "$(dirname "$0")/lib.sh"
 
 parse_args() {
   while [ $# -gt 0 ]; do

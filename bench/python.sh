@@ -48,17 +48,7 @@ py=/usr/bin/python3
 # No __pycache__ left in the source tree by python/lease or bench/peers.
 export PYTHONDONTWRITEBYTECODE=1
 
-die() {
-  echo "python.sh: $*" >&2
-  exit 1
-}
-log() {
-  echo "python.sh: $*" >&2
-}
-
-in_range() {
-  [[ $1 =~ ^[0-9]{1,6}$ ]] && [ "$1" -ge "$2" ] && [ "$1" -le "$3" ]
-}
+. "$(dirname "$0")/lib.sh"
 
 parse_args() {
   while [ $# -gt 0 ]; do

@@ -31,10 +31,7 @@ etcd_port=${BENCH_ETCD_PORT:-32379}
 etcd_peer=${BENCH_ETCD_PEER_PORT:-32380}
 fwd_port=${BENCH_FWD_PORT:-37000}
 
-die() {
-  echo "session.sh: $*" >&2
-  exit 1
-}
+. "$(dirname "$0")/lib.sh"
 
 while [ $# -gt 0 ]; do
   case "$1" in

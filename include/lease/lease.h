@@ -39,9 +39,11 @@ int lease_owner_valid(const char *owner);
  * watching the handle rather than the store's release notifications (a
  * store's own wait cannot be interrupted): a release is seen at the next
  * try, at most backoff_max_ms later, and the holder's expiry on time, as
- * without notifications. A fired wait makes no further try and ends with
- * LEASE_ETIMEOUT, its message saying it was cancelled; a try in progress
- * when it is fired ends first (one store call, bounded by the timeout).
+ * without notifications. The first try is always made; a fired wait makes
+ * no further try and ends with LEASE_ETIMEOUT, its message saying it was
+ * cancelled, or LEASE_ESTORE when the last try's outcome is unknown (the
+ * same owner may acquire again to learn it); a try in progress when it is
+ * fired ends first (one store call, bounded by the timeout).
  * A handle stays fired; make one per wait. (The type: lease/types.h.)
  */
 

@@ -207,11 +207,16 @@ int lease_acquire(lease_grant *out, lease_info *holder, lease_store *s,
             return acquire_failed(s, rc == LEASE_ESTORE
                                          ? rc : busy_error(LEASE_ETIMEOUT, key, &h),
                                   start);
+        /* Cancelled after a try whose outcome is unknown: that is what
+         * the caller must hear (it may hold the lease; the same owner may
+         * ask again to learn), not a plain end of the wait. */
         if (lease_cancel_fired(cancel) ||
             acquire_pause(s, key, rc, backoff, h.remaining_ms, (uint64_t)left, cancel))
-            return acquire_failed(s, lease__seterr(LEASE_ETIMEOUT,
-                                                   "acquire '%s': the wait was cancelled",
-                                                   key),
+            return acquire_failed(s, rc == LEASE_ESTORE
+                                         ? rc
+                                         : lease__seterr(LEASE_ETIMEOUT,
+                                                         "acquire '%s': the wait was cancelled",
+                                                         key),
                                   start);
         backoff = backoff * 2 > backoff_max ? backoff_max : backoff * 2;
     }

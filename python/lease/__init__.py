@@ -59,8 +59,8 @@ from ._capi import LibraryNotFound
 from ._common import (
     Busy, Error, HistoryEntry, Info, InvalidArgument, Lost, NotFound,
     OutOfMemory, Seconds, Stale, StoreError, Timeout, Unsupported, _count,
-    _error, _label, _live, _name_bytes, _open_handle, _owner, _seconds_ms,
-    _token, _wait_ms)
+    _error, _fork_safe, _label, _live, _name_bytes, _open_handle, _owner,
+    _seconds_ms, _token, _wait_ms)
 from ._election import Campaign, Leader
 from ._session import Held, Session
 
@@ -161,6 +161,20 @@ class Grant(Losable):
 
 # ----------------------------------------------------------------- store
 
+def _release_if_held(handle: ctypes.c_void_p, key: bytes,
+                     opts: _capi.lease_acquire_opts) -> None:
+    """One try for opts.owner (its own lease gives the same token back),
+    released if had; best effort, errors ignored."""
+    lib = _capi.lib()
+    once = _capi.lease_acquire_opts.from_buffer_copy(opts)
+    once.wait_ms = 0
+    once.cancel = None
+    g = _capi.lease_grant()
+    if lib.lease_acquire(ctypes.byref(g), None, handle, key,
+                         ctypes.byref(once)) == 0:
+        lib.lease_release(handle, ctypes.byref(g))
+
+
 def _acquire_args(key: object, ttl: object, owner: object, label: object,
                   wait: object) -> "tuple[bytes, _capi.lease_acquire_opts]":
     """Check an acquisition's arguments (before any store call) and build
@@ -197,6 +211,7 @@ class Store:
         self._timeout_ms = timeout_ms
         self._pid = os.getpid()
         self._lock = threading.Lock()
+        _fork_safe.add(self)
         lib = _capi.lib()
         self._url = _capi.text(lib.lease_store_url_redacted(handle))
         self._scheme = _capi.text(lib.lease_store_scheme(handle))
@@ -228,6 +243,11 @@ class Store:
                  ev: Optional[BaseException],
                  tb: Optional[types.TracebackType]) -> None:
         self.close()
+
+    def _after_fork_in_child(self) -> None:
+        # The parent's lock may have been held by a thread that the child
+        # does not have; every call here then only refuses (see _h).
+        self._lock = threading.Lock()
 
     def close(self) -> None:
         """Close the connection; later calls raise ValueError.  Grants held
@@ -293,6 +313,9 @@ class Store:
                  cancel: Optional[ctypes.c_void_p] = None) -> Grant:
         """Acquire; a wait runs where Ctrl-C can end it (see _wait), or,
         given `cancel`, here (already off the caller's thread)."""
+        # A copy: the caller's options (a Hold's, entered again) keep
+        # their wait and no cancel handle of this call.
+        opts = _capi.lease_acquire_opts.from_buffer_copy(opts)
         wait_ms = int(opts.wait_ms)
         if not wait_ms:
             with self._lock:
@@ -306,7 +329,9 @@ class Store:
         try:
             with self._lock:
                 return self._acquire_on(self._h(), key, opts)
-        except Busy:
+        except (Busy, StoreError):
+            # A store failure is waited out as a busy key is (the library
+            # does so within a wait); the wait's last failure is told.
             pass
         spent = math.floor((time.monotonic() - start) * 1000)
         opts.wait_ms = max(1, wait_ms - spent)
@@ -316,6 +341,12 @@ class Store:
             handle = _open_handle(self._open_url, self._timeout_ms)
             try:
                 return self._acquire_on(handle, key, opts)
+            except StoreError:
+                if _capi.lib().lease_cancel_fired(c):
+                    # Cancelled after a try of unknown outcome: the same
+                    # owner asks once more, and lets go of what it holds.
+                    _release_if_held(handle, key, opts)
+                raise
             finally:
                 _capi.lib().lease_store_close(handle)
         if cancel is not None:
@@ -489,7 +520,8 @@ class Store:
 
     # -- holding
 
-    def hold(self, key: str, ttl: Seconds = 30, wait: Optional[Seconds] = None,
+    def hold(self, key: str, ttl: Seconds = 30, *,
+             wait: Optional[Seconds] = None,
              label: Optional[str] = None) -> "Hold":
         """Hold ``key`` for the length of a ``with`` block::
 
@@ -509,7 +541,7 @@ class Store:
         k, opts = _acquire_args(key, ttl, None, label, wait)
         return Hold(self, k, opts)
 
-    def hold_async(self, key: str, ttl: Seconds = 30,
+    def hold_async(self, key: str, ttl: Seconds = 30, *,
                    wait: Optional[Seconds] = None,
                    label: Optional[str] = None) -> "Hold":
         """:meth:`hold` for ``async with``: entering and leaving run off the
@@ -519,7 +551,7 @@ class Store:
         ``grant.wait_lost()`` to learn of a loss."""
         return self.hold(key, ttl=ttl, wait=wait, label=label)
 
-    def elect(self, name: str, ttl: Seconds = 30,
+    def elect(self, name: str, ttl: Seconds = 30, *,
               label: Optional[str] = None,
               wait: Optional[Seconds] = None) -> Campaign:
         """Lead the election ``name`` for the length of a ``with`` block::
@@ -532,8 +564,8 @@ class Store:
         owner) and blocks until this process leads: ``wait`` None waits
         without bound, 0 tries once (:class:`Busy` if another leads), a
         number waits at most that many seconds (:class:`Timeout`).  The
-        wait runs on a connection of its own, in slices of a few seconds,
-        so that Ctrl-C ends it.  While leading, the library renews every
+        wait runs on a connection of its own, on a thread of its own, so
+        that Ctrl-C ends it.  While leading, the library renews every
         ttl/3 and steps down at the first failed renewal: ``leader.lost``
         is set and ``leader.valid`` turns False.  Leaving resigns (releases
         the lease); after a loss it raises :class:`Lost`, unless the body
@@ -544,7 +576,7 @@ class Store:
         return Campaign(self, n, ttl_ms, _label(label),
                         None if wait is None else _wait_ms(wait))
 
-    def session(self, ttl: Seconds = 30,
+    def session(self, ttl: Seconds = 30, *,
                 label: Optional[str] = None) -> Session:
         """Open a :class:`Session`: many leases of one owner, renewed by one
         thread over one connection of its own (``with`` closes it)::
@@ -608,21 +640,30 @@ class Hold:
         kopts.on_lost = cb
         keeper = ctypes.c_void_p()
         lib = _capi.lib()
-        with store._lock:
-            rc = lib.lease_keeper_start(ctypes.byref(keeper), store._h(),
-                                        ctypes.byref(grant._c),
-                                        ctypes.byref(kopts))
-            err = _error(rc) if rc < 0 else None
-            if err is not None:
-                # Not kept, so not left held until its ttl runs out.
-                lib.lease_release(store._h(), ctypes.byref(grant._c))
-        if err is not None:
-            raise err
+        # Kept and registered before the keeper may start its thread: an
+        # interruption after the start still finds them, to stop it.
+        # The keeper's pointer is the grant's before the start writes it,
+        # so no bytecode lies between the start and its being known.
         self._cb = cb
+        self._grant = grant
         with grant._mu:
             grant._keeper = keeper
-        self._grant = grant
         _live.add(self)
+        try:
+            with store._lock:
+                rc = lib.lease_keeper_start(ctypes.byref(keeper), store._h(),
+                                            ctypes.byref(grant._c),
+                                            ctypes.byref(kopts))
+                err = _error(rc) if rc < 0 else None
+                if err is not None:
+                    # Not kept, so not left held until its ttl runs out.
+                    lib.lease_release(store._h(), ctypes.byref(grant._c))
+        except BaseException:
+            self._stop(release=True)
+            raise
+        if err is not None:
+            self._stop(release=False)  # none started: forgets it all
+            raise err
         return grant
 
     def _stop(self, release: bool) -> int:
@@ -632,14 +673,19 @@ class Hold:
         with grant._mu:
             keeper, grant._keeper = grant._keeper, None
             grant._ended = True
-            if keeper is None:
-                return 0
-            last = _capi.lease_grant()
-            rc = int(_capi.lib().lease_keeper_stop(ctypes.byref(last), keeper,
-                                                   1 if release else 0))
+        if keeper is None or not keeper.value:
+            _live.discard(self)
+            self._cb = None
+            return 0
+        # Outside grant._mu: the stop joins the keeper and releases (a
+        # store call), and `valid` must not wait for it meanwhile.
+        last = _capi.lease_grant()
+        rc = int(_capi.lib().lease_keeper_stop(ctypes.byref(last), keeper,
+                                               1 if release else 0))
+        err = _error(rc) if rc < 0 else None
+        with grant._mu:
             if last.token:
                 grant._c = last
-            err = _error(rc) if rc < 0 else None
         _live.discard(self)
         self._cb = None
         self._err = err

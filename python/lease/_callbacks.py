@@ -172,7 +172,14 @@ class Losable:
                 pass  # the loop is closed: nobody waits any more
 
         self.on_lost(wake)
-        await fut
+        try:
+            await fut
+        finally:
+            # Cancelled (or lost): this wait's callback goes, so waits that
+            # are cancelled again and again leave nothing behind.
+            with self._loss_mu:
+                if wake in self._callbacks:
+                    self._callbacks.remove(wake)
 
     def _set_lost(self, reason: Optional[int]) -> None:
         """Authority is gone: set ``lost`` and queue the callbacks, once.

@@ -10,8 +10,10 @@ import ctypes
 import dataclasses
 import datetime
 import math
+import os
 import time
 import uuid
+import weakref
 from typing import Optional, Protocol, Type, Union
 
 from . import _capi
@@ -319,6 +321,27 @@ def _open_handle(url: bytes, timeout_ms: int) -> ctypes.c_void_p:
     if rc < 0:
         raise _error(rc)
     return handle
+
+
+# ------------------------------------------------------------------ fork
+
+class _ForkSafe(Protocol):
+    def _after_fork_in_child(self) -> None: ...
+
+
+# Objects whose locks a thread of the parent may have held at fork(): in
+# the child that thread does not exist, so the lock would never be given
+# back, and the child's next call (which only has to say the object is the
+# parent's) would wait for it forever. They get fresh locks there.
+_fork_safe: "weakref.WeakSet[_ForkSafe]" = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for obj in list(_fork_safe):
+        obj._after_fork_in_child()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 # --------------------------------------------------------------- at exit

@@ -127,6 +127,16 @@ def _wait_ms_until(end: Optional[float]) -> int:
     return max(1, min(left, _capi.LEASE_WAIT_MAX_MS))
 
 
+def _pause(cancel: ctypes.c_void_p, end: Optional[float]) -> None:
+    """A second, or up to ``end``, or until ``cancel`` is fired: bounded."""
+    until = time.monotonic() + 1.0
+    if end is not None:
+        until = min(until, end)
+    while time.monotonic() < until and \
+            not _capi.lib().lease_cancel_fired(cancel):
+        time.sleep(0.02)
+
+
 class Campaign:
     """The context manager of :meth:`Store.elect`; its ``__enter__`` waits
     for leadership and gives the :class:`Leader`, its ``__exit__``
@@ -166,16 +176,20 @@ class Campaign:
         _live.add(self)
         try:
             self._campaign(leader)
+            g = _capi.lib().lease_election_grant(leader._ptr)
+            leader._grant = _capi.lease_grant.from_buffer_copy(g.contents)
         except BaseException:
-            if not leader._ptr.value:
+            if leader._ptr.value:
+                # Interrupted once leading: nobody would leave the block.
+                self._resign(leader)
+                self._leader = None
+            else:
                 # The callback object stays referenced: a wait abandoned by
                 # a second Ctrl-C may still lead on its thread, which then
                 # resigns (and lets go of it) itself.
                 _live.discard(self)
                 self._leader = None
             raise
-        g = _capi.lib().lease_election_grant(leader._ptr)
-        leader._grant = _capi.lease_grant.from_buffer_copy(g.contents)
         return leader
 
     def _campaign(self, leader: Leader) -> None:
@@ -212,6 +226,11 @@ class Campaign:
                             _capi.lib().lease_cancel_fired(cancel) or \
                             (end is not None and time.monotonic() >= end):
                         raise err
+                    if isinstance(err, StoreError):
+                        # A failure the library did not wait out (one
+                        # after the lease was had, as the start of its
+                        # renewal): a pause before the next try, not a spin.
+                        _pause(cancel, end)
             finally:
                 _capi.lib().lease_store_close(handle)
         def undo(got: Leader) -> None:

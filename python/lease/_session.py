@@ -16,7 +16,8 @@ from typing import (TYPE_CHECKING, Dict, Iterator, List, Optional, Tuple,
 from . import _capi
 from ._callbacks import Losable
 from ._common import (Busy, Error, Info, Lost, Seconds, StoreError, Timeout,
-                      _count, _error, _live, _name_bytes, _new_owner,
+                      _count, _error, _fork_safe, _live, _name_bytes,
+                      _new_owner,
                       _slice_ms, _wait_ms)
 
 if TYPE_CHECKING:
@@ -146,6 +147,7 @@ class Session:
         # (on_lost), so never held while calling into the session.
         self._reg = threading.Lock()
         self._held: Dict[int, Held] = {}
+        _fork_safe.add(self)
 
         def on_lost(session: Optional[int], held: Optional[int], reason: int,
                     payload: Optional[int]) -> None:
@@ -374,6 +376,14 @@ class Session:
             raise err
 
     # -- closing
+
+    def _after_fork_in_child(self) -> None:
+        # Threads of the parent may have held these, or been counted in
+        # them; the child has none of them (and every call refuses there).
+        self._cv = threading.Condition()
+        self._running = [0, 0, 0]
+        self._releases_waiting = 0
+        self._reg = threading.Lock()
 
     def close(self) -> None:
         """Release every lease the session keeps, stop its thread and close

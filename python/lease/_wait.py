@@ -43,6 +43,8 @@ class _Call(Generic[T]):
         self.result: Optional[T] = None
         self.error: Optional[BaseException] = None
         self.on_done: Optional[Callable[[], None]] = None
+        self._thread = threading.Thread(target=self._run, name="lease-wait",
+                                        daemon=True)
         lib = _capi.lib()
         handle = ctypes.c_void_p()
         rc = lib.lease_cancel_new(ctypes.byref(handle))
@@ -51,8 +53,11 @@ class _Call(Generic[T]):
         self._cancel = handle
 
     def start(self) -> None:
-        threading.Thread(target=self._run, name="lease-wait",
-                         daemon=True).start()
+        self._thread.start()
+
+    def alive(self) -> bool:
+        """Whether the call's thread may still end (started, not ended)."""
+        return self._thread.is_alive()
 
     def _run(self) -> None:
         try:
@@ -112,27 +117,28 @@ def call(fn: Callable[[ctypes.c_void_p], T], undo: Callable[[T], None]) -> T:
     got before the exception goes on (unless a second one comes meanwhile:
     then the call's thread undoes it when it ends)."""
     c: _Call[T] = _Call(fn, undo)
-    c.start()
     try:
+        c.start()
         # In slices: a signal may be delivered to another thread, and the
         # handler (KeyboardInterrupt) runs on this one only when it runs
         # Python code again, which each slice's end lets it do.
         while not c.done.wait(_SLICE):
             pass
+        return c.outcome()
     except BaseException:
         c.cancel()
         try:
             # The call ends after its try in progress (a pause ends at
             # once; a store call within its timeout): then its result is
-            # undone here, before the interruption goes on.
-            while not c.done.wait(_SLICE):
+            # undone here, before the interruption goes on. A thread that
+            # never started (interrupted in start()) is not waited for.
+            while not c.done.wait(_SLICE) and c.alive():
                 pass
         except BaseException:
             c.abandon()  # interrupted again: the thread undoes it
             raise
         c.abandon()
         raise
-    return c.outcome()
 
 
 async def call_async(fn: Callable[[ctypes.c_void_p], T],
@@ -155,8 +161,8 @@ async def call_async(fn: Callable[[ctypes.c_void_p], T],
 
     c: _Call[T] = _Call(fn, undo)
     c.on_done = wake
-    c.start()
     try:
+        c.start()
         # Shielded: cancelling the task must not cancel `fut`, which the
         # call's thread settles and the cleanup below still awaits.
         await asyncio.shield(fut)

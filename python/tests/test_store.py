@@ -237,6 +237,39 @@ def test_forked_child_leaves_the_parents_lease(store: lease.Store,
     assert store.show(key).state == "free"
 
 
+def test_forked_child_never_waits_on_a_lock_of_the_parent(
+        store: lease.Store, prefix: str) -> None:
+    """A thread of the parent in a store call at fork() holds the store's
+    lock; the child has no such thread, so its calls and close() must not
+    wait for that lock: they refuse at once, as in any child."""
+    with store.session(ttl=30) as session:
+        # As a call in progress on another thread would.
+        with store._lock, session._cv:
+            pid = os.fork()
+            if pid == 0:
+                code = 3
+                try:
+                    try:
+                        store.show(prefix + "k")
+                    except lease.StoreError:
+                        session.close()
+                        store.close()
+                        code = 0
+                finally:
+                    os._exit(code)
+        status = None
+        end = time.monotonic() + 15
+        while status is None and time.monotonic() < end:
+            done, st = os.waitpid(pid, os.WNOHANG)
+            status = st if done else None
+            time.sleep(0.02)
+        if status is None:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            pytest.fail("the forked child waited on the parent's lock")
+        assert os.waitstatus_to_exitcode(status) == 0
+
+
 def test_threads_share_one_store(store: lease.Store, prefix: str) -> None:
     key, res = prefix + "shared", prefix + "shared-db"
     tokens: list[int] = []

@@ -224,3 +224,17 @@ def test_wait_lost(store: lease.Store, prefix: str) -> None:
 
     with pytest.raises(lease.Lost):
         asyncio.run(main())
+
+
+def test_cancelled_wait_lost_leaves_nothing(store: lease.Store,
+                                            prefix: str) -> None:
+    g = store.acquire(prefix + "k", ttl=30)
+
+    async def main() -> None:
+        for _ in range(50):
+            with pytest.raises(asyncio.TimeoutError):
+                await asyncio.wait_for(g.wait_lost(), 0.001)
+
+    asyncio.run(main())
+    assert g._callbacks == []
+    store.release(g)

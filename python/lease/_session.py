@@ -13,7 +13,7 @@ import types
 from typing import (TYPE_CHECKING, Dict, Iterator, List, Optional, Tuple,
                     Type)
 
-from . import _capi
+from . import _capi, _wait
 from ._callbacks import Losable
 from ._common import (Busy, Error, Info, Lost, Seconds, StoreError, Timeout,
                       _count, _error, _fork_safe, _live, _name_bytes,
@@ -300,6 +300,23 @@ class Session:
         """
         k = _name_bytes("key", key)
         wait_ms = _wait_ms(wait)
+        if not wait_ms:
+            return self._acquire(k, 0, None)
+        # On a thread of its own, as Store.acquire's wait: Ctrl-C reaches
+        # the caller at once, and the slice in progress (which the library
+        # cannot cut short here) ends on that thread, which then lets go
+        # of anything it got.
+
+        def undo(held: Held) -> None:
+            try:
+                self.release(held)
+            except Exception:
+                pass  # closed meanwhile: close released it
+        return _wait.call(lambda c: self._acquire(k, wait_ms, c), undo,
+                          linger=False)
+
+    def _acquire(self, k: bytes, wait_ms: int,
+                 cancel: Optional[ctypes.c_void_p]) -> Held:
         end = time.monotonic() + wait_ms / 1000
         lib = _capi.lib()
         while True:
@@ -314,8 +331,10 @@ class Session:
                 err = _error(rc)
             if isinstance(err, (Busy, Timeout)) and holder.owner:
                 err.holder = Info._from_c(holder)
-            # A wait is a series of slices, so that close can come between.
+            # A wait is a series of slices, so that close (and a cancel)
+            # can come between.
             if not wait_ms or time.monotonic() >= end or \
+                    (cancel is not None and lib.lease_cancel_fired(cancel)) or \
                     not isinstance(err, (Busy, Timeout, StoreError)):
                 raise err
 

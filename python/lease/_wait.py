@@ -111,11 +111,14 @@ class _Call(Generic[T]):
         return self.result
 
 
-def call(fn: Callable[[ctypes.c_void_p], T], undo: Callable[[T], None]) -> T:
+def call(fn: Callable[[ctypes.c_void_p], T], undo: Callable[[T], None],
+         linger: bool = True) -> T:
     """Run ``fn(cancel)`` on a thread of its own and wait for it; an
     exception in the wait (KeyboardInterrupt) cancels it and undoes what it
     got before the exception goes on (unless a second one comes meanwhile:
-    then the call's thread undoes it when it ends)."""
+    then the call's thread undoes it when it ends).  ``linger`` False: the
+    exception goes on at once, and the call's thread undoes what it got
+    when it ends (for a call that sees its cancel only now and then)."""
     c: _Call[T] = _Call(fn, undo)
     try:
         c.start()
@@ -127,6 +130,9 @@ def call(fn: Callable[[ctypes.c_void_p], T], undo: Callable[[T], None]) -> T:
         return c.outcome()
     except BaseException:
         c.cancel()
+        if not linger:
+            c.abandon()
+            raise
         try:
             # The call ends after its try in progress (a pause ends at
             # once; a store call within its timeout): then its result is

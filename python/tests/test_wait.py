@@ -238,3 +238,22 @@ def test_cancelled_wait_lost_leaves_nothing(store: lease.Store,
     asyncio.run(main())
     assert g._callbacks == []
     store.release(g)
+
+
+def test_ctrl_c_ends_a_session_wait(store: lease.Store, prefix: str) -> None:
+    key = prefix + "session"
+    holder = store.acquire(key, ttl=120)
+    with store.session(ttl=30) as session:
+        timer = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT))
+        start = time.monotonic()
+        timer.start()
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                session.acquire(key, wait=WAIT)
+        finally:
+            timer.cancel()
+        assert time.monotonic() - start < WAIT / 2
+        assert wait_threads_gone()
+        assert len(session) == 0
+    assert store.show(key).owner == holder.owner
+    store.release(holder)

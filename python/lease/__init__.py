@@ -292,7 +292,8 @@ class Store:
 
         Raises :class:`Busy` (held, no wait) or :class:`Timeout` (the wait
         ran out), each with ``holder``; :class:`StoreError` when the outcome
-        is unknown (retrying with the same owner is safe).
+        is unknown (retrying with ``owner=err.owner``, the same owner, is
+        safe).
         """
         k, opts = _acquire_args(key, ttl, owner, label, wait)
         return self._acquire(k, opts)
@@ -381,6 +382,8 @@ class Store:
                 err.holder = dataclasses.replace(Info._from_c(holder),
                                                  key=self._key_text(key),
                                                  state="held")
+            if isinstance(err, StoreError):
+                err.owner = _capi.text(opts.owner)
             raise err
         return Grant(out)
 

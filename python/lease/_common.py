@@ -91,6 +91,11 @@ class StoreError(Error):
 
     code = _capi.LEASE_ESTORE
 
+    owner: Optional[str] = None
+    """For an acquisition: the owner it asked as (made for it when none was
+    given). Acquiring again with ``owner=`` this owner is safe: if the
+    first one took effect, it gives the same grant back."""
+
 
 class NotFound(Error):
     """No such key or resource (LEASE_ENOTFOUND)."""

@@ -5,6 +5,8 @@ key prefix per test, so runs never meet each other's keys."""
 from __future__ import annotations
 
 import os
+import signal
+import time
 import uuid
 from typing import Iterator
 
@@ -31,3 +33,17 @@ def store(url: str) -> Iterator[lease.Store]:
 @pytest.fixture
 def prefix() -> str:
     return f"py-{uuid.uuid4().hex[:12]}/"
+
+
+def reap(pid: int, what: str) -> int:
+    """The exit code of the forked child `pid`, waited for 15 s at most;
+    a child still running then is killed and the test fails with `what`."""
+    end = time.monotonic() + 15
+    while time.monotonic() < end:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(status)
+        time.sleep(0.02)
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    pytest.fail(what)

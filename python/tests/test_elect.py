@@ -16,6 +16,7 @@ from typing import Iterator
 import pytest
 
 import lease
+from conftest import reap
 
 ELECTOR = os.path.join(os.path.dirname(os.path.abspath(__file__)),
                        "elector.py")
@@ -190,17 +191,7 @@ def test_forked_child_leaves_the_parents_leadership(store: lease.Store,
         with store.elect(name, ttl=1) as leader:
             pid = os.fork()
             if pid != 0:
-                status = None
-                end = time.monotonic() + 15
-                while status is None and time.monotonic() < end:
-                    done, st = os.waitpid(pid, os.WNOHANG)
-                    status = st if done else None
-                    time.sleep(0.02)
-                if status is None:
-                    os.kill(pid, signal.SIGKILL)
-                    os.waitpid(pid, 0)
-                    pytest.fail("the forked child hung leaving the block")
-                assert os.waitstatus_to_exitcode(status) == 0
+                assert reap(pid, "the forked child hung leaving the block") == 0
                 # Still the parent's, still renewed past the ttl.
                 end = time.monotonic() + 2 * leader.ttl
                 while time.monotonic() < end:

@@ -15,6 +15,7 @@ from typing import Callable
 import pytest
 
 import lease
+from conftest import reap
 
 
 def flush() -> None:
@@ -180,17 +181,7 @@ def test_forked_child_leaves_the_parents_session(store: lease.Store,
                     pass
             s.close()  # forgets it: the parent's thread and leases
             os._exit(0 if ok else 3)
-        status = None
-        end = time.monotonic() + 15
-        while status is None and time.monotonic() < end:
-            done, st = os.waitpid(pid, os.WNOHANG)
-            status = st if done else None
-            time.sleep(0.02)
-        if status is None:
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-            pytest.fail("the forked child hung")
-        assert os.waitstatus_to_exitcode(status) == 0
+        assert reap(pid, "the forked child hung") == 0
         end = time.monotonic() + 2 * s.ttl
         while time.monotonic() < end:
             assert held.valid

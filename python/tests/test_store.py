@@ -18,6 +18,7 @@ from urllib.parse import urlsplit
 import pytest
 
 import lease
+from conftest import reap
 
 HOLDER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "holder.py")
 
@@ -204,17 +205,7 @@ def test_forked_child_leaves_the_parents_lease(store: lease.Store,
             pid = os.fork()
             if pid != 0:
                 # Bounded wait for the child, which leaves the block at once.
-                status = None
-                end = time.monotonic() + 15
-                while status is None and time.monotonic() < end:
-                    done, st = os.waitpid(pid, os.WNOHANG)
-                    status = st if done else None
-                    time.sleep(0.02)
-                if status is None:
-                    os.kill(pid, signal.SIGKILL)
-                    os.waitpid(pid, 0)
-                    pytest.fail("the forked child hung leaving the block")
-                assert os.waitstatus_to_exitcode(status) == 0
+                assert reap(pid, "the forked child hung leaving the block") == 0
                 # Still the parent's, and still renewed past the ttl.
                 end = time.monotonic() + 2 * g.ttl
                 while time.monotonic() < end:
@@ -257,17 +248,7 @@ def test_forked_child_never_waits_on_a_lock_of_the_parent(
                         code = 0
                 finally:
                     os._exit(code)
-        status = None
-        end = time.monotonic() + 15
-        while status is None and time.monotonic() < end:
-            done, st = os.waitpid(pid, os.WNOHANG)
-            status = st if done else None
-            time.sleep(0.02)
-        if status is None:
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-            pytest.fail("the forked child waited on the parent's lock")
-        assert os.waitstatus_to_exitcode(status) == 0
+        assert reap(pid, "the forked child waited on the parent's lock") == 0
 
 
 def test_threads_share_one_store(store: lease.Store, prefix: str) -> None:

@@ -7,11 +7,13 @@ a failure, told by the time it took: over half the wait."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ctypes
 import os
 import signal
 import threading
 import time
+from typing import Iterator
 
 import pytest
 
@@ -19,6 +21,21 @@ import lease
 from lease import _capi, _wait
 
 WAIT = 60.0
+
+
+@contextlib.contextmanager
+def ctrl_c_ends_it() -> Iterator[None]:
+    """The block waits; a SIGINT to the process (as Ctrl-C sends) 0.3 s in
+    must end it with KeyboardInterrupt, well before its wait would end."""
+    timer = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT))
+    start = time.monotonic()
+    timer.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            yield
+    finally:
+        timer.cancel()
+    assert time.monotonic() - start < WAIT / 2
 
 
 def wait_threads_gone(timeout: float = 30.0) -> bool:
@@ -34,15 +51,8 @@ def wait_threads_gone(timeout: float = 30.0) -> bool:
 def test_ctrl_c_ends_a_wait(store: lease.Store, prefix: str) -> None:
     key = prefix + "ctrl-c"
     holder = store.acquire(key, ttl=120, label="holder")
-    timer = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT))
-    start = time.monotonic()
-    timer.start()
-    try:
-        with pytest.raises(KeyboardInterrupt):
-            store.acquire(key, ttl=30, wait=WAIT)
-    finally:
-        timer.cancel()
-    assert time.monotonic() - start < WAIT / 2
+    with ctrl_c_ends_it():
+        store.acquire(key, ttl=30, wait=WAIT)
     assert wait_threads_gone()
     info = store.show(key)
     assert (info.state, info.owner, info.token) == \
@@ -53,16 +63,9 @@ def test_ctrl_c_ends_a_wait(store: lease.Store, prefix: str) -> None:
 def test_ctrl_c_ends_a_hold_wait(store: lease.Store, prefix: str) -> None:
     key = prefix + "ctrl-c-hold"
     holder = store.acquire(key, ttl=120)
-    timer = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT))
-    start = time.monotonic()
-    timer.start()
-    try:
-        with pytest.raises(KeyboardInterrupt):
-            with store.hold(key, ttl=30, wait=WAIT):
-                pytest.fail("entered a hold on a held key")
-    finally:
-        timer.cancel()
-    assert time.monotonic() - start < WAIT / 2
+    with ctrl_c_ends_it():
+        with store.hold(key, ttl=30, wait=WAIT):
+            pytest.fail("entered a hold on a held key")
     assert wait_threads_gone()
     assert store.show(key).owner == holder.owner
     store.release(holder)
@@ -188,16 +191,9 @@ def test_a_cancelled_call_undoes_what_it_got() -> None:
 def test_ctrl_c_ends_an_election_wait(store: lease.Store, prefix: str) -> None:
     name = prefix + "elect"
     with store.elect(name, ttl=120) as leader:
-        timer = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT))
-        start = time.monotonic()
-        timer.start()
-        try:
-            with pytest.raises(KeyboardInterrupt):
-                with store.elect(name, ttl=30, wait=WAIT):
-                    pytest.fail("two leaders")
-        finally:
-            timer.cancel()
-        assert time.monotonic() - start < WAIT / 2
+        with ctrl_c_ends_it():
+            with store.elect(name, ttl=30, wait=WAIT):
+                pytest.fail("two leaders")
         assert wait_threads_gone()
         now = store.leader(name)
         assert now is not None and now.owner == leader.owner
@@ -244,15 +240,8 @@ def test_ctrl_c_ends_a_session_wait(store: lease.Store, prefix: str) -> None:
     key = prefix + "session"
     holder = store.acquire(key, ttl=120)
     with store.session(ttl=30) as session:
-        timer = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT))
-        start = time.monotonic()
-        timer.start()
-        try:
-            with pytest.raises(KeyboardInterrupt):
-                session.acquire(key, wait=WAIT)
-        finally:
-            timer.cancel()
-        assert time.monotonic() - start < WAIT / 2
+        with ctrl_c_ends_it():
+            session.acquire(key, wait=WAIT)
         assert wait_threads_gone()
         assert len(session) == 0
     assert store.show(key).owner == holder.owner

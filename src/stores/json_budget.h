@@ -1,7 +1,7 @@
 /*
  * json_budget.h - what decoding one answer of a store may cost, in memory
  * and in time, whatever its transport: the etcd store's protobuf decoder
- * (etcd_pb.c) counts what it builds as it goes, the JSON loader (the etcd
+ * (etcd/pb.c) counts what it builds as it goes, the JSON loader (the etcd
  * gateway's answers, every Kubernetes answer) counts the text before it
  * parses it. Memory is what the answer's JSON values take to hold (what
  * jansson allocates for each, malloc's rounding included, its lexer's
@@ -47,7 +47,7 @@ lease__json_budget lease__json_budget_of(int hold, size_t len, int64_t end_ns);
 int lease__json_load(json_t **out, const char *data, size_t len,
                      const lease__json_budget *budget, char *err, size_t errsize);
 
-/* ---- for a decoder that counts as it builds (etcd_pb.c) ---------------- */
+/* ---- for a decoder that counts as it builds (etcd/pb.c) ---------------- */
 
 /*
  * What jansson 2.14 allocates for a value, as malloc hands it out (glibc:

@@ -15,7 +15,7 @@
  *       duration and token parsers refuse what does not fit.
  *
  *   etcd_checks codec
- *       The gRPC codec (src/stores/etcd_pb.c): requests encode to the
+ *       The gRPC codec (src/stores/etcd/pb.c): requests encode to the
  *       protobuf bytes etcd's rpc.proto gives them; answers decode to the
  *       gateway's JSON (int64 as strings, bytes as base64, defaults left
  *       out, a stream's message under "result"), skipping unknown fields,
@@ -36,7 +36,7 @@
 
 #include "lease.h"
 #include "lease_int.h"
-#include "stores/etcd_pb.h"
+#include "stores/etcd/pb.h"
 #include "../fd_check.h"
 #include "../check.h"
 #include "json_count.h"

@@ -2,7 +2,7 @@
  * json_count.h - for tests: what jansson holds, counted through
  * json_set_alloc_funcs as malloc hands it out (glibc: an 8-byte header,
  * steps of 16, 32 bytes at least), which is what the etcd codec's budget
- * counts (src/stores/etcd_pb.c). Header-only; one process, one thread.
+ * counts (src/stores/etcd/pb.c). Header-only; one process, one thread.
  *
  *   json_count_start();  once, before jansson allocates anything
  *   json_count_reset();  peaks are counted from here, above what is live

@@ -1,5 +1,5 @@
 /*
- * fuzz_etcd_pb.c - the etcd store's gRPC codec (src/stores/etcd_pb.c) on
+ * fuzz_etcd_pb.c - the etcd store's gRPC codec (src/stores/etcd/pb.c) on
  * input it cannot trust: the first byte picks a call (its low six bits
  * modulo the calls), a budget (the same bits divided by the calls: 256
  * bytes to 64 KiB, or the store's own for anything) and a part, the rest
@@ -24,7 +24,7 @@
  * a reason; a decoded grpc-message holds no control byte.
  */
 #include "fuzz_util.h"
-#include "stores/etcd_pb.h"
+#include "stores/etcd/pb.h"
 #include "../etcd/json_count.h"
 
 static const char *const paths[] = {

@@ -30,7 +30,7 @@
     " token bigint NOT NULL,"                                                 \
     " resource_key text NOT NULL);"
 
-/* The history table as src/stores/pg.c documents it, for an administrator
+/* The history table as src/stores/pg/pg.c documents it, for an administrator
  * to create by hand; %s is the table. */
 #define HISTORY_DDL_FMT                                                       \
     "CREATE TABLE %s (resource_key text, fencing_token bigint, "              \
@@ -453,7 +453,7 @@ static void rows_expect(PGconn *c, const char *key, int deferred, const char *ea
  * ends the previous library entry: released when the reference release
  * UPDATE freed the key (time unknown), expired when a raw grant came in
  * between, expired at its lease_until when nothing did. With a deferred
- * one (entries written when grants end, src/stores/pg.c DEFERRED), a
+ * one (entries written when grants end, src/stores/pg/pg.c DEFERRED), a
  * library grant that the reference SQL released or took over is not in
  * the history (the row no longer says whose it was), every other one is.
  * Tokens strictly decreasing, and held only for the current lease, at

@@ -3,7 +3,7 @@
 # shared server ($LEASE_TEST_PG_URL), on a lease table made as versions
 # before acquired_at made it, so that the store keeps its history eagerly
 # (an entry written when a grant begins, ended when it ends: the statements
-# of src/stores/pg.c's sql_acquire_history), as it does for every table
+# of src/stores/pg/pg.c's sql_acquire_history), as it does for every table
 # made before this version. Its history table is <lease_table>_history.
 set -eu
 PROGRAM=${1:?usage: with-eager-table.sh PROGRAM}

@@ -1,5 +1,5 @@
 /*
- * stores/kubernetes.c - Kubernetes Lease objects (coordination.k8s.io/v1),
+ * stores/kubernetes/kubernetes.c - Kubernetes Lease objects (coordination.k8s.io/v1),
  * through the API server's REST interface (libcurl + jansson, store_http).
  *
  * URL: kubernetes://HOST:PORT/NAMESPACE[?token_file=PATH&cacert=PATH]  (HTTPS)
@@ -95,9 +95,9 @@
 #include <jansson.h>
 #include <openssl/evp.h>
 
-#include "json_budget.h"
-#include "store_int.h"
-#include "store_http.h"
+#include "stores/json_budget.h"
+#include "stores/store_int.h"
+#include "stores/store_http.h"
 
 #define SA_DIR "/var/run/secrets/kubernetes.io/serviceaccount/"
 #define GROUP_PATH "/apis/coordination.k8s.io/v1"

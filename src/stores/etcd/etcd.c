@@ -1,6 +1,6 @@
 /*
- * stores/etcd.c - etcd v3, over gRPC (libcurl's HTTP/2, messages by
- * etcd_pb.c) or through its JSON gateway (libcurl + jansson).
+ * stores/etcd/etcd.c - etcd v3, over gRPC (libcurl's HTTP/2, messages by
+ * etcd/pb.c) or through its JSON gateway (libcurl + jansson).
  *
  * URL: etcd://[user[:password]@]host:port[,host:port...][/prefix]
  *   (etcds:// for TLS)
@@ -10,7 +10,7 @@
  *   newline is not part of it
  *   the prefix defaults to /lease/
  *   transport=grpc (the default): every call but the watch over gRPC,
- *   built as the gateway's JSON and transcoded at the edge (etcd_pb.h), so
+ *   built as the gateway's JSON and transcoded at the edge (etcd/pb.h), so
  *   the rest of this file is one for both; transport=json: every call to
  *   the gateway
  *   Proxies from the environment (http_proxy ...) are never used.
@@ -123,9 +123,9 @@
 #include <curl/curl.h>
 #include <jansson.h>
 
-#include "etcd_pb.h"
-#include "store_http.h"
-#include "store_int.h"
+#include "pb.h"
+#include "stores/store_http.h"
+#include "stores/store_int.h"
 
 #define MAX_ENDPOINTS 16
 #define PAD 20 /* digits of a zero-padded mark */
@@ -230,7 +230,7 @@ typedef struct shared_rec {
  * far below ANSWER_MAX; a page of a list (PAGE_KVS keys) and a session's
  * keys are bigger, and a guarded value may be up to 64 MiB, 4/3 of that
  * as base64. What an answer may take to hold once decoded is bounded
- * apart (etcd_pb.h, lease__json_budget).
+ * apart (etcd/pb.h, lease__json_budget).
  */
 #define ANSWER_MAX ((size_t)4 << 20)
 #define LIST_ANSWER_MAX ((size_t)32 << 20)
@@ -696,7 +696,7 @@ typedef struct {
 } req_body;
 
 /* The body of `req` (not taken) to `path`: over gRPC for every call
- * etcd_pb knows when s->grpc, else the gateway's JSON. */
+ * etcd/pb.c knows when s->grpc, else the gateway's JSON. */
 static int etcd_payload(req_body *p, const etcd_store *s, const char *path, json_t *req)
 {
     char err[160];
@@ -845,7 +845,7 @@ static const char *etcd_their_message(const etcd_store *s, const char *msg, size
 
 /* What decoding the answer in b may cost: what it may hold, one value
  * whole for a data read (the one call given DATA_ANSWER_MAX), else
- * anything (etcd_pb.h, HOLD_*); and the time left of the call. */
+ * anything (etcd/pb.h, HOLD_*); and the time left of the call. */
 static lease__json_budget etcd_budget(const body *b)
 {
     return lease__json_budget_of(b->max == DATA_ANSWER_MAX ? LEASE__JSON_HOLD_VALUE
@@ -2944,7 +2944,7 @@ static int etcd_list_states(lease_state **out, etcd_store *s, json_t *kvs[3],
  * Key-values a range of a page reads (a list's, renew_many's): a list's
  * page of three ranges takes about 3.4 MiB to hold with keys of a few
  * dozen bytes, 8 MiB with the longest keys and labels, within the budget
- * of an answer (etcd_pb.h) however many keys there are.
+ * of an answer (etcd/pb.h) however many keys there are.
  */
 #define PAGE_KVS 1000
 /* The most pages a walk reads (10^8 keys): a member that always says

@@ -1,5 +1,5 @@
 /*
- * stores/sqlite.c - the embedded store: one SQLite file, one host, no server.
+ * stores/sqlite/sqlite.c - the embedded store: one SQLite file, one host, no server.
  *
  * URLs: sqlite:relative/path.db, sqlite:///absolute/path.db
  * Parameters: synchronous=full (default) | extra | normal
@@ -54,7 +54,7 @@
 #include <sys/stat.h>
 #include <sqlite3.h>
 
-#include "store_int.h"
+#include "stores/store_int.h"
 #include "sqlite_text.h" /* LEASE_SQLITE_SCHEMA: sqlite/schema.sql */
 
 /* SQLITE_OPEN_NOFOLLOW and SQLITE_CANTOPEN_SYMLINK came in SQLite 3.31. */

@@ -1,5 +1,5 @@
 /*
- * stores/redis.c - Redis, through hiredis: leases and tokens in server-side
+ * stores/redis/redis.c - Redis, through hiredis: leases and tokens in server-side
  * scripts.
  *
  * URL: redis://[user:password@]host:port[/db][?param=value...]
@@ -90,7 +90,7 @@
 #include <hiredis/hiredis.h>
 
 #include "redis_text.h"
-#include "store_int.h"
+#include "stores/store_int.h"
 
 enum {
     SC_ACQUIRE,

@@ -1,6 +1,6 @@
 /*
- * etcd_pb.c - etcd's gRPC messages as the JSON gateway's shapes (see
- * etcd_pb.h): a schema of the messages the store sends and reads, an
+ * etcd/pb.c - etcd's gRPC messages as the JSON gateway's shapes (see
+ * etcd/pb.h): a schema of the messages the store sends and reads, an
  * encoder from the gateway's JSON, and a decoder into it.
  */
 #include <errno.h>
@@ -10,8 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "etcd_pb.h"
-#include "store_int.h"
+#include "pb.h"
+#include "stores/store_int.h"
 
 /* ---- base64 (the gateway carries keys and values as base64) ----------- */
 

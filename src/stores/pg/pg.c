@@ -1,5 +1,5 @@
 /*
- * stores/pg.c - PostgreSQL, through libpq: the reference lease table.
+ * stores/pg/pg.c - PostgreSQL, through libpq: the reference lease table.
  *
  * URLs: postgres://[user[:password]@]host[:port][/db][?param=value...] or
  * postgresql://...; libpq reads the URL itself, so sslmode, PGPASSFILE,
@@ -64,7 +64,7 @@
 #include <libpq-fe.h>
 
 #include "pg_text.h"
-#include "store_int.h"
+#include "stores/store_int.h"
 
 #define NOTIFY_CHANNEL "lease_release"
 

@@ -1,5 +1,5 @@
 /*
- * etcd_pb.h - etcd's gRPC API for the etcd store (stores/etcd.c), as the
+ * etcd/pb.h - etcd's gRPC API for the etcd store (stores/etcd/etcd.c), as the
  * JSON gateway's shapes: a request the store built as the gateway's JSON
  * becomes the protobuf message etcd's gRPC server takes, and the message
  * it answers becomes the JSON the gateway would have answered (int64 as
@@ -23,7 +23,7 @@
 #include <stdint.h>
 #include <jansson.h>
 
-#include "json_budget.h"
+#include "stores/json_budget.h"
 
 /* The gRPC method ("/etcdserverpb.KV/Txn") of a call the store makes at
  * gateway path `path` ("/v3/kv/txn"); NULL for one that stays on the

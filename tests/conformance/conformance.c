@@ -1,6 +1,6 @@
 /*
  * conformance.c - the store conformance suite: every row of the lease
- * contract (CONTRACT.md), checked through the public API only, so that it
+ * contract (docs/contract.md), checked through the public API only, so that it
  * runs unchanged against every store (SQLite, PostgreSQL, Redis, etcd ...).
  *
  *     lease_conformance URL        or    LEASE_TEST_STORE=URL lease_conformance

@@ -91,7 +91,7 @@ typedef struct lease_backend {
     void (*close)(lease_store *store);
 
     /*
-     * Required. One atomic attempt (see CONTRACT): when no unexpired lease
+     * Required. One atomic attempt (docs/contract.md#acquire): when no unexpired lease
      * exists, grant a new token > every token issued for the key and set
      * expiry = store clock + ttl; when req->owner holds the unexpired lease,
      * set expiry anew and return the same token; otherwise LEASE_EBUSY with
